@@ -1,0 +1,1 @@
+"""Timeshare deploy package."""

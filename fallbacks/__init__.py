@@ -1,0 +1,1 @@
+"""Timeshare fallbacks package."""

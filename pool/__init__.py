@@ -1,0 +1,1 @@
+"""Timeshare pool package."""

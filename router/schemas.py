@@ -1,0 +1,125 @@
+"""Request and response schemas of the handle API (pydantic at the edge).
+
+Tensors travel as numpy arrays. ``InferenceRequest`` accepts numpy arrays, torch tensors or
+nested lists for each input and normalises them to numpy; dtype/shape are checked later against
+the model's config, which is where the expectation lives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from policies.priority import Priority, parse_priority
+
+__all__ = [
+    "CacheControl",
+    "InferenceRequest",
+    "InferenceResponse",
+    "RouteInfo",
+    "Timings",
+    "to_numpy",
+]
+
+
+def to_numpy(name: str, value: Any) -> np.ndarray:
+    """Convert one input value to a numpy array or raise ``ValueError`` naming the input."""
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor without importing torch
+        arr = value.detach().cpu().numpy()
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"inputs.{name}: not a rectangular numeric array ({e})") from None
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise ValueError(f"inputs.{name}: expected numeric data, got {arr.dtype} values")
+    return arr
+
+
+class CacheControl(BaseModel):
+    """Per-request cache controls."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    skip_read: bool = Field(False, description="Do not answer from the cache.")
+    skip_write: bool = Field(False, description="Do not store this answer in the cache.")
+
+
+class InferenceRequest(BaseModel):
+    """One inference call. ``model`` names a model or a route."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: str = Field(..., min_length=1, description="Model or route name.")
+    version: str | None = Field(None, description="Model version; default version when omitted.")
+    inputs: dict[str, Any] = Field(..., description="Input tensors by name (numpy, torch or lists).")
+    text: str | None = Field(
+        None, description="Optional raw text, used only by the semantic cache and rule fallbacks."
+    )
+    priority: Priority = Field(Priority.INTERACTIVE, description="Priority class.")
+    deadline_ms: float | None = Field(
+        None, gt=0, description="Time budget from arrival; model config default when omitted."
+    )
+    caller: str = Field("anonymous", min_length=1, max_length=128, description="Caller identity.")
+    cache: CacheControl = Field(default_factory=CacheControl, description="Cache controls.")
+    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Request id.")
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, v: Any) -> Priority:
+        return parse_priority(v)
+
+    @field_validator("inputs", mode="after")
+    @classmethod
+    def _inputs(cls, v: dict[str, Any]) -> dict[str, np.ndarray]:
+        if not v:
+            raise ValueError("inputs: at least one input tensor is required")
+        return {name: to_numpy(name, value) for name, value in v.items()}
+
+
+class Timings(BaseModel):
+    """Where the time went, in milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue_ms: float = 0.0
+    compute_ms: float = 0.0
+    swap_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class RouteInfo(BaseModel):
+    """Why the answer came from where it did (routes only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    route: str
+    strategy: str
+    decision: str = Field(..., description="e.g. 'cheap', 'escalated', 'expensive', 'spilled'.")
+    models_run: list[str] = Field(default_factory=list)
+    confidence: float | None = None
+    spilled: bool = False
+
+
+class InferenceResponse(BaseModel):
+    """One answer. ``degraded`` answers always say ``served_by`` and ``reason``."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    request_id: str
+    model: str
+    version: str | None = None
+    outputs: dict[str, Any] = Field(default_factory=dict, description="Output tensors (numpy).")
+    served_by: str = Field(..., description="'<pool>:<model>@<version>', 'rules', 'default', ...")
+    degraded: bool = False
+    reason: str | None = None
+    cache: Literal["miss", "memory", "redis", "semantic", "bypass", "off"] = "off"
+    similarity: float | None = None
+    timings: Timings = Field(default_factory=Timings)
+    route: RouteInfo | None = None
+    final: bool = Field(True, description="False for the early answer of fast-then-refine.")
