@@ -1,0 +1,124 @@
+"""The model repository on disk: ``<root>/<model>/config.yaml`` + ``<root>/<model>/<version>/``.
+
+``ModelRepository.scan()`` returns a whole new snapshot each time (never patched in place). A bad
+``config.yaml`` is reported with the file and field and only hides that model. A version folder
+counts once its weight file exists and has not changed for ``settle_s`` seconds, so a copy in
+progress is not picked up half-written (copying to a temporary name and renaming is best).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from pydantic import ValidationError
+
+from pool.config import ModelConfig
+from pool.errors import ModelLoadError
+from pool.loader import WEIGHT_FILES
+
+__all__ = ["VersionEntry", "ModelEntry", "RepositorySnapshot", "ModelRepository", "version_order"]
+
+
+def version_order(version: str) -> tuple[int, int | str]:
+    """Sort key: numeric versions numerically, after any non-numeric names."""
+    return (1, int(version)) if version.isdigit() else (0, version)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEntry:
+    name: str
+    version: str
+    path: Path
+    signature: tuple[int, int]  # (mtime_ns, size) of the weight file: a change means reload
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    name: str
+    config: ModelConfig | None
+    error: str | None
+    versions: tuple[VersionEntry, ...]  # oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class RepositorySnapshot:
+    models: dict[str, ModelEntry]
+
+    def entry(self, name: str) -> ModelEntry | None:
+        return self.models.get(name)
+
+
+class ModelRepository:
+    """Reads a model repository folder. Pure reads; no models are loaded here."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        settle_s: float = 0.5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = Path(root)
+        self.settle_s = settle_s
+        self._clock = clock
+
+    def scan(self) -> RepositorySnapshot:
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"model repository {str(self.root)!r} does not exist")
+        models: dict[str, ModelEntry] = {}
+        for model_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            if model_dir.name.startswith((".", "_")):
+                continue
+            models[model_dir.name] = self._scan_model(model_dir)
+        return RepositorySnapshot(models)
+
+    def _scan_model(self, model_dir: Path) -> ModelEntry:
+        try:
+            config = read_config(model_dir)
+        except ModelLoadError as e:
+            return ModelEntry(model_dir.name, None, str(e), ())
+        weight_name = WEIGHT_FILES[config.format]
+        now = self._clock()
+        versions = []
+        for vdir in model_dir.iterdir():
+            if not vdir.is_dir() or vdir.name.startswith((".", "_")):
+                continue
+            weights = vdir / weight_name
+            try:
+                st = weights.stat()
+            except OSError:
+                continue  # not (yet) a version
+            if now - st.st_mtime < self.settle_s:
+                continue  # still being written
+            versions.append(VersionEntry(config.name, vdir.name, vdir, (st.st_mtime_ns, st.st_size)))
+        versions.sort(key=lambda v: version_order(v.version))
+        return ModelEntry(config.name, config, None, tuple(versions))
+
+
+def read_config(model_dir: Path) -> ModelConfig:
+    """Parse ``model_dir/config.yaml``; raise ModelLoadError naming the file and field."""
+    path = model_dir / "config.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ModelLoadError(str(path), "missing config.yaml") from None
+    except yaml.YAMLError as e:
+        raise ModelLoadError(str(path), f"not valid YAML ({e})".replace("\n", " ")) from None
+    if not isinstance(raw, dict):
+        raise ModelLoadError(str(path), f"expected a mapping, got {type(raw).__name__}")
+    raw.setdefault("name", model_dir.name)
+    try:
+        config = ModelConfig.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or None
+        raise ModelLoadError(str(path), err["msg"], field=field) from None
+    if config.name != model_dir.name:
+        raise ModelLoadError(
+            str(path), f"name {config.name!r} does not match folder {model_dir.name!r}", field="name"
+        )
+    return config

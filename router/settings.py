@@ -1,0 +1,95 @@
+"""Application settings: the ``args`` of ``deploy/config.yaml`` plus an environment overlay.
+
+``deploy/env/<environment>.yaml`` is deep-merged under the args (args win). Unknown keys are
+errors naming the key, in the args and in the overlays alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["PoolSettings", "AppSettings", "load_settings", "ENV_DIR"]
+
+ENV_DIR = Path(__file__).resolve().parent.parent / "deploy" / "env"
+
+
+class PoolSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int = Field(1, ge=1, le=64, description="Replicas (GPU pool: one per GPU, capped).")
+    memory_budget_mb: float | None = Field(
+        None, gt=0, description="Device memory for model weights; required on CPU (stand-in)."
+    )
+    reserve_mb: float = Field(0, ge=0, description="Kept free for activations.")
+    host_budget_mb: float | None = Field(None, gt=0, description="Host-tier bound (LRU to disk).")
+    threads: int | None = Field(None, ge=1, description="torch threads; default cores/replicas.")
+    slice_ms: float = Field(50.0, gt=0, description="Time slice when the working set overflows.")
+    chunk_size: int = Field(16, ge=1, description="Rows per chunk of a low-priority batch.")
+
+
+class GpuPoolSettings(PoolSettings):
+    enabled: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto = start when the Ray cluster has GPUs."
+    )
+
+
+class AppSettings(BaseModel):
+    """Everything the app builder needs. Every field has a description."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: str = Field(..., description="Model repository folder.")
+    state_dir: str | None = Field(None, description="State folder; default <repository>/.timeshare.")
+    environment: Literal["test", "staging", "prod"] = Field("test", description="Overlay name.")
+    api_key: str | None = Field(None, description="Key for /v2/repository/* (401 without it).")
+    api_key_env: str | None = Field(
+        "TIMESHARE_API_KEY", description="Environment variable read when api_key is unset."
+    )
+    poll_interval_s: float = Field(1.0, gt=0, le=3600, description="Repository poll period.")
+    default_deadline_ms: float = Field(1000.0, gt=0, description="Deadline when none is given.")
+    fallback_margin_ms: float = Field(10.0, ge=0, description="Budget kept for the fallback.")
+    max_body_bytes: int = Field(32 << 20, gt=0, description="Largest HTTP body accepted (413).")
+    ingress_replicas: int = Field(1, ge=1, le=64, description="Ingress replicas.")
+    cpu_pool: PoolSettings = Field(
+        default_factory=lambda: PoolSettings(memory_budget_mb=1024),
+        description="CPU session pool.",
+    )
+    gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings, description="GPU pool.")
+
+    def resolved_state_dir(self) -> str:
+        return self.state_dir or str(Path(self.repository) / ".timeshare")
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key:
+            return self.api_key
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_settings(args: dict[str, Any], *, env_dir: Path = ENV_DIR) -> AppSettings:
+    """Validate app args merged over the environment overlay; errors name the key and file."""
+    env = args.get("environment", "test")
+    overlay: dict[str, Any] = {}
+    path = env_dir / f"{env}.yaml"
+    if path.exists():
+        overlay = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(overlay, dict):
+            raise ValueError(f"{path}: expected a mapping")
+    try:
+        settings = AppSettings.model_validate(_merge(overlay, args))
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"timeshare settings (args + {path.name}): {key}: {err['msg']}") from None
+    return settings.model_copy(update={"repository": str(Path(settings.repository).resolve())})

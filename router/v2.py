@@ -1,0 +1,209 @@
+"""Open Inference Protocol (KServe v2 / Triton) HTTP codec.
+
+Supports the JSON tensor format and Triton's binary tensor extension (the
+``Inference-Header-Content-Length`` header; ``binary_data_size`` per input; ``binary_data`` per
+requested output or ``binary_data_output`` for all), which ``tritonclient.http`` uses by default.
+Optional Timeshare fields travel in the request ``parameters``: priority, deadline_ms, caller,
+text, cache_skip_read, cache_skip_write (Triton's ``timeout`` in microseconds is read as a
+deadline when deadline_ms is absent).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pool.config import DTYPES, ModelConfig
+from router.errors import InvalidRequest
+from router.schemas import InferenceResponse
+
+__all__ = ["DecodedRequest", "decode_infer_request", "encode_infer_response", "model_metadata"]
+
+HEADER_LENGTH = "inference-header-content-length"
+_NP_TO_WIRE = {v: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    request_id: str | None
+    inputs: dict[str, np.ndarray]
+    parameters: dict[str, Any]
+    outputs: tuple[tuple[str, bool], ...] | None  # (name, binary) requested; None = all
+    binary_all: bool
+
+
+def _bad(msg: str, field: str) -> InvalidRequest:
+    return InvalidRequest(f"{field}: {msg}", field=field)
+
+
+def decode_infer_request(body: bytes, header_length: int | None) -> DecodedRequest:
+    """Parse a v2 infer request body; raise InvalidRequest naming the field."""
+    if header_length is not None:
+        if header_length < 0 or header_length > len(body):
+            raise _bad(f"must be between 0 and the body size {len(body)}, got {header_length}",
+                       "Inference-Header-Content-Length")
+        head, binary = body[:header_length], memoryview(body)[header_length:]
+    else:
+        head, binary = body, memoryview(b"")
+    try:
+        doc = json.loads(head)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _bad(f"malformed JSON ({e})", "body") from None
+    if not isinstance(doc, dict):
+        raise _bad(f"expected a JSON object, got {type(doc).__name__}", "body")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise _bad("expected an object", "parameters")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise _bad("expected a non-empty list of input tensors", "inputs")
+    inputs: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, item in enumerate(raw_inputs):
+        arr, used = _decode_tensor(item, i, binary[offset:])
+        offset += used
+        inputs[item["name"]] = arr
+    if offset != len(binary):
+        raise _bad(f"{len(binary) - offset} trailing bytes not claimed by any input",
+                   "binary data")
+    outputs = None
+    if doc.get("outputs") is not None:
+        if not isinstance(doc["outputs"], list):
+            raise _bad("expected a list", "outputs")
+        outs = []
+        for j, o in enumerate(doc["outputs"]):
+            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+                raise _bad("expected an object with a string 'name'", f"outputs[{j}]")
+            outs.append((o["name"], bool((o.get("parameters") or {}).get("binary_data", False))))
+        outputs = tuple(outs)
+    rid = doc.get("id")
+    return DecodedRequest(
+        request_id=str(rid) if rid is not None else None,
+        inputs=inputs,
+        parameters=params,
+        outputs=outputs,
+        binary_all=bool(params.get("binary_data_output", False)),
+    )
+
+
+def _decode_tensor(item: Any, i: int, binary: memoryview) -> tuple[np.ndarray, int]:
+    where = f"inputs[{i}]"
+    if not isinstance(item, dict):
+        raise _bad("expected an object with name, shape, datatype, data", where)
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad("expected a non-empty string", f"{where}.name")
+    where = f"inputs.{name}"
+    shape = item.get("shape")
+    if (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                and d >= 0 for d in shape)):
+        raise _bad(f"expected a list of non-negative integers, got {shape!r}", f"{where}.shape")
+    datatype = item.get("datatype")
+    if datatype not in DTYPES:
+        raise _bad(f"expected one of {', '.join(DTYPES)}, got {datatype!r}", f"{where}.datatype")
+    dtype = np.dtype(DTYPES[datatype])
+    count = int(np.prod(shape)) if shape else 1
+    size = (item.get("parameters") or {}).get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or size != count * dtype.itemsize:
+            raise _bad(f"expected {count * dtype.itemsize} bytes for shape {shape} "
+                       f"{datatype}, got {size!r}", f"{where}.parameters.binary_data_size")
+        if size > len(binary):
+            raise _bad(f"needs {size} bytes, only {len(binary)} remain", f"{where} binary data")
+        return np.frombuffer(binary[:size], dtype=dtype).reshape(shape).copy(), size
+    if "data" not in item:
+        raise _bad("missing (or give parameters.binary_data_size)", f"{where}.data")
+    data = item["data"]
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError):
+        raise _bad("expected a (nested) list of numbers", f"{where}.data") from None
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise _bad(f"expected numbers for datatype {datatype}, got non-numeric values",
+                   f"{where}.data")
+    if datatype != "BOOL" and arr.dtype.kind == "b":
+        raise _bad(f"expected numbers for datatype {datatype}, got booleans", f"{where}.data")
+    if arr.size != count:
+        raise _bad(f"holds {arr.size} values, shape {shape} needs {count}", f"{where}.data")
+    if dtype.kind in "iu" and arr.dtype.kind == "f":
+        raise _bad(f"expected integers for datatype {datatype}, got floats", f"{where}.data")
+    try:
+        return arr.reshape(shape).astype(dtype), 0
+    except (ValueError, OverflowError) as e:
+        raise _bad(f"cannot convert to {datatype} ({e})", f"{where}.data") from None
+
+
+def _wire_dtype(arr: np.ndarray) -> str:
+    return _NP_TO_WIRE.get(arr.dtype.name, "FP32")
+
+
+def encode_infer_response(
+    response: InferenceResponse, decoded: DecodedRequest
+) -> tuple[bytes, dict[str, str]]:
+    """Build the v2 response body (JSON, or JSON header + binary tensors) and headers."""
+    wanted = dict(decoded.outputs) if decoded.outputs is not None else None
+    if wanted is not None:
+        missing = sorted(set(wanted) - set(response.outputs))
+        if missing:
+            raise _bad(f"unknown output; available {sorted(response.outputs)}", f"outputs.{missing[0]}")
+    outs, blobs = [], []
+    for name, value in response.outputs.items():
+        if wanted is not None and name not in wanted:
+            continue
+        arr = np.ascontiguousarray(value)
+        entry: dict[str, Any] = {"name": name, "datatype": _wire_dtype(arr), "shape": list(arr.shape)}
+        if (wanted[name] if wanted is not None else decoded.binary_all):
+            blob = arr.tobytes()
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = arr.reshape(-1).tolist()
+        outs.append(entry)
+    doc: dict[str, Any] = {
+        "model_name": response.model,
+        "model_version": response.version or "",
+        "outputs": outs,
+        "parameters": response_parameters(response),
+    }
+    if decoded.request_id is not None:
+        doc["id"] = decoded.request_id
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    if not blobs:
+        return head, {"content-type": "application/json"}
+    return head + b"".join(blobs), {
+        "content-type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(head)),
+    }
+
+
+def response_parameters(response: InferenceResponse) -> dict[str, Any]:
+    """Timeshare's labels on a v2 response (degraded, served_by, reason, cache, timings)."""
+    params: dict[str, Any] = {
+        "served_by": response.served_by,
+        "degraded": response.degraded,
+        "cache": response.cache,
+        "queue_ms": round(response.timings.queue_ms, 3),
+        "compute_ms": round(response.timings.compute_ms, 3),
+        "total_ms": round(response.timings.total_ms, 3),
+    }
+    if response.reason:
+        params["reason"] = response.reason
+    if response.similarity is not None:
+        params["similarity"] = response.similarity
+    if response.route is not None:
+        params["route"] = response.route.model_dump_json()
+    return params
+
+
+def model_metadata(config: ModelConfig, versions: list[str]) -> dict[str, Any]:
+    """``GET /v2/models/{name}``: shapes include the batch dimension as -1 (Triton style)."""
+    return {
+        "name": config.name,
+        "versions": versions,
+        "platform": "pytorch_torchscript" if config.format == "torchscript" else "pytorch_safetensors",
+        "inputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.inputs],
+        "outputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.outputs],
+    }

@@ -1,0 +1,86 @@
+"""Check a request's tensors against the model's config (the Accept step).
+
+Every failure names the field and the expectation, e.g.
+``inputs.pixels: expected shape [batch, 64], got [1, 63]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pool.config import ModelConfig
+from router.errors import InvalidRequest, PayloadTooLarge
+
+__all__ = ["validate_inputs"]
+
+
+def _fmt_shape(dims: tuple[int, ...]) -> str:
+    return "[batch, " + ", ".join("*" if d == -1 else str(d) for d in dims) + "]" if dims else "[batch]"
+
+
+def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge."""
+    expected = {t.name for t in config.inputs}
+    unknown = sorted(set(inputs) - expected)
+    if unknown:
+        raise InvalidRequest(
+            f"inputs.{unknown[0]}: unknown input for model {config.name!r}; expected "
+            f"{sorted(expected)}",
+            field=f"inputs.{unknown[0]}",
+        )
+    missing = sorted(expected - set(inputs))
+    if missing:
+        raise InvalidRequest(
+            f"inputs.{missing[0]}: missing input for model {config.name!r}; expected "
+            f"{sorted(expected)}",
+            field=f"inputs.{missing[0]}",
+        )
+    total = sum(a.nbytes for a in inputs.values())
+    if total > config.max_input_bytes:
+        raise PayloadTooLarge(
+            f"inputs: {total} bytes exceeds the limit of {config.max_input_bytes} bytes for "
+            f"model {config.name!r}",
+            field="inputs",
+        )
+    out: dict[str, np.ndarray] = {}
+    batch: int | None = None
+    for spec in config.inputs:
+        arr = inputs[spec.name]
+        field = f"inputs.{spec.name}"
+        want = np.dtype(spec.numpy_dtype)
+        if arr.dtype != want:
+            if not np.can_cast(arr.dtype, want, casting="same_kind"):
+                raise InvalidRequest(
+                    f"{field}: expected dtype {spec.dtype} ({want}), got {arr.dtype}", field=field
+                )
+            arr = arr.astype(want)
+        if arr.ndim != len(spec.shape) + 1:
+            raise InvalidRequest(
+                f"{field}: expected rank {len(spec.shape) + 1} with shape {_fmt_shape(spec.shape)}, "
+                f"got shape {list(arr.shape)}",
+                field=field,
+            )
+        for want_d, got_d in zip(spec.shape, arr.shape[1:]):
+            if want_d != -1 and want_d != got_d:
+                raise InvalidRequest(
+                    f"{field}: expected shape {_fmt_shape(spec.shape)}, got {list(arr.shape)}",
+                    field=field,
+                )
+        n = arr.shape[0]
+        if n < 1:
+            raise InvalidRequest(f"{field}: batch must hold at least 1 item, got 0", field=field)
+        if n > config.max_batch_size:
+            raise InvalidRequest(
+                f"{field}: batch of {n} exceeds max_batch_size {config.max_batch_size} of model "
+                f"{config.name!r}",
+                field=field,
+            )
+        if batch is not None and n != batch:
+            raise InvalidRequest(
+                f"{field}: batch size {n} differs from the other inputs' {batch}", field=field
+            )
+        batch = n
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise InvalidRequest(f"{field}: expected finite numbers, got NaN or inf", field=field)
+        out[spec.name] = np.ascontiguousarray(arr)
+    return out
