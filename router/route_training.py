@@ -10,7 +10,7 @@
 ``max_rows``). ``labels`` are optional: without ground truth the expensive model's answer is the
 reference.
 
-**Scorer training** (``train_scorer``): logistic regression (scikit-learn, L2) predicting
+**Scorer training** (``train_scorer``): logistic regression (numpy Newton, L2) predicting
 P(cheap answer suffices) from the request inputs (and, with ``uses_cheap``, the cheap model's
 confidence features). A row "needs the expensive model" when the cheap answer is wrong against
 the reference and the expensive one is right. Saved as safetensors + JSON metadata
@@ -137,12 +137,33 @@ def needs_expensive(cheap_logits: np.ndarray, expensive_logits: np.ndarray,
     return (c != labels) & (e == labels)
 
 
+def _fit_logistic(x: np.ndarray, y: np.ndarray, c: float, *, iters: int = 50) -> tuple[np.ndarray, float]:
+    """L2 logistic regression by Newton's method, classes balanced (sklearn's objective:
+    ``c * weighted log-loss + ||w||^2 / 2``, intercept unpenalised). ``iters`` bounds the loop."""
+    n, d = x.shape
+    pos = y.mean()
+    sw = np.where(y == 1, 0.5 / pos, 0.5 / (1 - pos))  # balanced class weights
+    a = np.concatenate([x, np.ones((n, 1))], axis=1)
+    beta = np.zeros(d + 1)
+    reg = np.full(d + 1, 1.0 / c)
+    reg[-1] = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-np.clip(a @ beta, -60, 60)))
+        grad = a.T @ (sw * (p - y)) + reg * beta
+        hess = (a * (sw * p * (1 - p))[:, None]).T @ a + np.diag(reg + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return beta[:-1], float(beta[-1])
+
+
 def train_scorer(outcomes: Outcomes, *, input_names: Sequence[str] | None = None,
                  uses_cheap: bool = False, c: float = 1.0) -> LinearScorer:
     """Fit the logistic-regression scorer (``c`` = inverse L2 strength). Classes are balanced
     so the rare "needs expensive" rows are not ignored."""
-    from sklearn.linear_model import LogisticRegression
-
+    if c <= 0:
+        raise ValueError(f"c must be > 0, got {c!r}")
     names = tuple(input_names or sorted(outcomes.inputs))
     probe = LinearScorer(np.zeros(1), 0.0, np.zeros(1), np.ones(1), names, uses_cheap)
     x = probe.features(outcomes.inputs, outcomes.cheap_logits if uses_cheap else None)
@@ -152,10 +173,8 @@ def train_scorer(outcomes: Outcomes, *, input_names: Sequence[str] | None = None
         p = 0.999 if y.all() else 0.001
         return LinearScorer(np.zeros(x.shape[1]), float(np.log(p / (1 - p))), mean, scale,
                             names, uses_cheap)
-    clf = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
-    clf.fit((x - mean) / scale, y.astype(int))
-    return LinearScorer(clf.coef_[0].astype(np.float64), float(clf.intercept_[0]), mean, scale,
-                        names, uses_cheap)
+    weight, bias = _fit_logistic((x - mean) / scale, y.astype(np.float64), c)
+    return LinearScorer(weight, bias, mean, scale, names, uses_cheap)
 
 
 def save_scorer(scorer: LinearScorer, path: Path | str) -> None:
