@@ -10,14 +10,20 @@ pressure is ``estimate / deadline_s``.
 
 Hysteresis: spilling starts when pressure > ``high`` and stops only when pressure < ``low``
 (``low < high``); in between the previous state holds, so routing does not flap around one
-boundary. While spilling, the spill target is used only if it is better than the GPU pool (a
-CPU pool whose own estimate is worse than the GPU's is not a relief).
+boundary. ``high`` below 1 leaves headroom for what the estimate cannot see (the batch in
+flight, estimate lag).
+
+While spilling, the request goes to the route's target: ``cpu`` (the CPU pool, even when its own
+estimate misses the deadline too: the GPU pool is kept within its deadlines instead of
+collapsing with it; ``alt_meets_deadline`` tells the router so it may take a fallback),
+``cheap`` (the route's cheap model), or ``cpu-then-cheap`` (the CPU pool while its estimate is
+within ``high`` x deadline, else the cheap model).
 
 Example::
 
     d = decide_spill(gpu=[stats], priority=Priority.INTERACTIVE, deadline_s=0.2,
                      compute_s=0.01, target="cpu", cpu=[cpu_stats], state=prev.state)
-    d.where, d.reason  # 'cpu', 'gpu wait 0.310s = 1.55 x deadline 0.200s; entered spill ...'
+    d.where, d.code, d.reason  # 'cpu', 'entered', 'gpu wait 0.310s = 1.55 x deadline ...'
     prev = d  # keep d.state for the next request with the same key
 """
 
@@ -28,11 +34,14 @@ from typing import Literal, Protocol, Sequence
 
 from policies.priority import Priority
 
-__all__ = ["PoolStats", "SpillConfig", "SpillState", "SpillDecision", "decide_spill",
-           "estimate_wait_s"]
+__all__ = ["PoolStats", "SPILL_TARGETS", "SpillConfig", "SpillState", "SpillDecision",
+           "decide_spill", "estimate_wait_s"]
 
-SpillTarget = Literal["cpu", "cheap", "none"]
+SpillTarget = Literal["cpu", "cheap", "cpu-then-cheap", "none"]
+SPILL_TARGETS: tuple[str, ...] = ("cpu", "cheap", "cpu-then-cheap", "none")
 Where = Literal["gpu", "cpu", "cheap"]
+# Decision codes, stable for metrics: why the request went where it did.
+Code = Literal["no-deadline", "no-spill", "below", "left", "entered", "holding"]
 
 
 class PoolStats(Protocol):
@@ -44,10 +53,10 @@ class PoolStats(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SpillConfig:
-    """Hysteresis band, as multiples of the request's deadline (``low < high``)."""
+    """Hysteresis band, as multiples of the request's deadline (``0 < low < high``)."""
 
-    high: float = 1.0
-    low: float = 0.7
+    high: float = 0.8
+    low: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.0 < self.low < self.high:
@@ -65,14 +74,20 @@ class SpillState:
 
 @dataclass(frozen=True, slots=True)
 class SpillDecision:
-    """Where to send the request, why, and the state to pass to the next decision."""
+    """Where to send the request, why, and the state to pass to the next decision.
+
+    ``alt_wait_s`` is the estimate on the spill target (None when unknown);
+    ``alt_meets_deadline`` is False when the target is expected to miss the deadline too.
+    """
 
     where: Where
+    code: Code
     reason: str
     gpu_wait_s: float
     alt_wait_s: float | None
     pressure: float
     state: SpillState
+    alt_meets_deadline: bool = True
 
     @property
     def spilled(self) -> bool:
@@ -102,38 +117,42 @@ def decide_spill(
 ) -> SpillDecision:
     """Decide gpu / cpu / cheap for one request (see the module docstring for the rule).
 
-    ``cpu`` is the CPU pool's snapshot (None = no CPU estimate: trust the CPU pool);
-    ``cpu_compute_s`` the request's compute there (defaults to ``compute_s``). A request without
-    a deadline never spills.
+    ``deadline_s`` is the request's remaining budget (None: never spills). ``cpu`` is the CPU
+    pool's snapshot (None = no estimate: trust it); ``cpu_compute_s`` the request's compute there
+    (defaults to ``compute_s``); ``cheap_compute_s`` the cheap model's, reported only.
     """
+    if target not in SPILL_TARGETS:
+        raise ValueError(f"target must be one of {', '.join(SPILL_TARGETS)}, got {target!r}")
     if compute_s < 0 or cheap_compute_s < 0:
         raise ValueError(f"compute_s and cheap_compute_s must be >= 0, got {compute_s!r}, "
                          f"{cheap_compute_s!r}")
     gpu_wait = estimate_wait_s(gpu, priority, compute_s)
-    if deadline_s is None or target == "none":
-        why = "no deadline" if deadline_s is None else "route does not spill"
-        return SpillDecision("gpu", why, gpu_wait, None, 0.0, SpillState())
+    if deadline_s is None:
+        return SpillDecision("gpu", "no-deadline", "no deadline", gpu_wait, None, 0.0,
+                             SpillState())
     if deadline_s <= 0:
         raise ValueError(f"deadline_s must be > 0, got {deadline_s!r}")
     pressure = gpu_wait / deadline_s
-    if state.spilling:
-        spilling = pressure >= config.low
-    else:
-        spilling = pressure > config.high
-    new_state = (SpillState(True, state.since if state.spilling else now) if spilling
-                 else SpillState())
+    if target == "none":
+        return SpillDecision("gpu", "no-spill", "route does not spill", gpu_wait, None, pressure,
+                             SpillState())
+    spilling = pressure >= config.low if state.spilling else pressure > config.high
     band = f"gpu wait {gpu_wait:.3f}s = {pressure:.2f} x deadline {deadline_s:.3f}s"
     if not spilling:
-        why = "below spill band" if not state.spilling else f"left spill (< {config.low:.2f})"
-        return SpillDecision("gpu", f"{band}; {why}", gpu_wait, None, pressure, new_state)
-    entered = "entered" if not state.spilling else "holding"
-    if target == "cheap":
-        return SpillDecision("cheap", f"{band}; {entered} spill to cheap model", gpu_wait,
-                             cheap_compute_s, pressure, new_state)
-    alt = (estimate_wait_s(cpu, priority, compute_s if cpu_compute_s is None else cpu_compute_s)
-           if cpu is not None else None)
-    if alt is not None and alt >= gpu_wait:
-        return SpillDecision("gpu", f"{band}; {entered} spill but cpu wait {alt:.3f}s is no "
-                             "better", gpu_wait, alt, pressure, new_state)
-    return SpillDecision("cpu", f"{band}; {entered} spill to cpu pool", gpu_wait, alt, pressure,
-                         new_state)
+        code: Code = "left" if state.spilling else "below"
+        why = f"left spill (< {config.low:.2f})" if state.spilling else "below spill band"
+        return SpillDecision("gpu", code, f"{band}; {why}", gpu_wait, None, pressure,
+                             SpillState())
+    new_state = SpillState(True, state.since if state.spilling else now)
+    code = "holding" if state.spilling else "entered"
+    alt = None
+    if target in ("cpu", "cpu-then-cheap") and cpu is not None:
+        alt = estimate_wait_s(cpu, priority, compute_s if cpu_compute_s is None else cpu_compute_s)
+    cpu_ok = alt is None or alt <= deadline_s * config.high
+    if target == "cheap" or (target == "cpu-then-cheap" and not cpu_ok):
+        extra = "" if target == "cheap" else f" (cpu wait {alt:.3f}s would miss)"
+        return SpillDecision("cheap", code, f"{band}; {code} spill to cheap model{extra}",
+                             gpu_wait, cheap_compute_s, pressure, new_state)
+    extra = "" if cpu_ok else f" (cpu wait {alt:.3f}s would miss too)"
+    return SpillDecision("cpu", code, f"{band}; {code} spill to cpu pool{extra}", gpu_wait, alt,
+                         pressure, new_state, alt_meets_deadline=cpu_ok)

@@ -57,10 +57,12 @@ class RouteConfig(BaseModel):
         "max_softmax", description=f"Cascade confidence measure: {', '.join(CONFIDENCE_MEASURES)}.")
     output: str = Field("logits", min_length=1,
                         description="Output tensor holding the cheap model's logits.")
-    spill: Literal["cpu", "cheap", "none"] = Field(
-        "cpu", description="Where requests go when the GPU pool would miss their deadline.")
-    spill_high: float = Field(1.0, gt=0, description="Enter spill when wait > deadline x this.")
-    spill_low: float = Field(0.7, gt=0, description="Leave spill when wait < deadline x this.")
+    spill: Literal["cpu", "cheap", "cpu-then-cheap", "none"] = Field(
+        "cpu", description="Where requests go when the GPU pool would miss their deadline: the "
+                           "CPU pool, the cheap model, the CPU pool unless it would miss too "
+                           "(then the cheap model), or nowhere.")
+    spill_high: float = Field(0.8, gt=0, description="Enter spill when wait > deadline x this.")
+    spill_low: float = Field(0.5, gt=0, description="Leave spill when wait < deadline x this.")
     predictive_model: str | None = Field(
         None, description="predictive only: path of the scorer (.safetensors).")
     shadow_rate: float = Field(
@@ -92,8 +94,8 @@ class RouteConfig(BaseModel):
         if self.strategy == "predictive" and not self.predictive_model:
             raise ValueError("strategy 'predictive' needs 'predictive_model' (scorer path; "
                              "train one with `timeshare routes retrain`)")
-        if self.spill == "cheap" and not self.cheap:
-            raise ValueError("spill='cheap' needs a 'cheap' model")
+        if self.spill in ("cheap", "cpu-then-cheap") and not self.cheap:
+            raise ValueError(f"spill={self.spill!r} needs a 'cheap' model")
         if not self.spill_low < self.spill_high:
             raise ValueError(f"spill_low ({self.spill_low}) must be < spill_high "
                              f"({self.spill_high})")

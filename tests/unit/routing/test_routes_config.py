@@ -26,7 +26,7 @@ def test_load_list_form_and_build():
     s = build_strategy(routes["digits"])
     assert isinstance(s, CascadeStrategy) and s.measure == "margin" and s.threshold == 0.9
     assert isinstance(build_strategy(routes["always-large"]), StaticStrategy)
-    assert routes["digits"].spill_config.high == 1.0
+    assert routes["digits"].spill_config.high == 0.8
 
 
 def test_load_mapping_form():
@@ -48,6 +48,7 @@ def test_load_mapping_form():
     ({"strategy": "cascade", "cheap": "a", "expensive": "b", "spill": "gpu"}, "spill"),
     ({"strategy": "cascade", "cheap": "a", "expensive": "b", "spill_low": 1.2},
      "spill_low"),
+    ({"strategy": "static", "expensive": "b", "spill": "cpu-then-cheap"}, "needs a 'cheap'"),
     ({"strategy": "cascade", "cheap": "a", "expensive": "b", "colour": "red"}, "colour"),
 ])
 def test_invalid_routes_name_route_and_field(body, match):

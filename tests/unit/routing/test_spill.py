@@ -31,7 +31,8 @@ def test_overloaded_gpu_spills_to_the_configured_target():
     gpu = [stats(0.5)]
     to_cpu = decide_spill(gpu=gpu, priority=P, deadline_s=0.2, compute_s=0.01, target="cpu",
                           now=7.0)
-    assert to_cpu.where == "cpu" and to_cpu.state == SpillState(True, 7.0)
+    assert to_cpu.where == "cpu" and to_cpu.code == "entered"
+    assert to_cpu.state == SpillState(True, 7.0)
     assert "entered spill to cpu" in to_cpu.reason and to_cpu.pressure == pytest.approx(2.55)
     to_cheap = decide_spill(gpu=gpu, priority=P, deadline_s=0.2, compute_s=0.01, target="cheap")
     assert to_cheap.where == "cheap" and "cheap model" in to_cheap.reason
@@ -39,10 +40,10 @@ def test_overloaded_gpu_spills_to_the_configured_target():
 
 def test_route_without_spill_or_request_without_deadline_never_spills():
     gpu = [stats(5.0)]
-    assert decide_spill(gpu=gpu, priority=P, deadline_s=0.2, compute_s=0.0,
-                        target="none").where == "gpu"
+    d = decide_spill(gpu=gpu, priority=P, deadline_s=0.2, compute_s=0.0, target="none")
+    assert (d.where, d.code) == ("gpu", "no-spill")
     d = decide_spill(gpu=gpu, priority=P, deadline_s=None, compute_s=0.0, target="cpu")
-    assert d.where == "gpu" and d.reason == "no deadline"
+    assert (d.where, d.code, d.reason) == ("gpu", "no-deadline", "no deadline")
 
 
 def test_priority_decides_which_queue_counts():
@@ -54,14 +55,23 @@ def test_priority_decides_which_queue_counts():
     assert hi.where == "gpu" and lo.where == "cpu"
 
 
-def test_cpu_pool_worse_than_gpu_is_no_relief():
+def test_overloaded_cpu_pool_still_takes_the_spill_but_says_so():
     d = decide_spill(gpu=[stats(0.5)], priority=P, deadline_s=0.2, compute_s=0.01, target="cpu",
                      cpu=[stats(0.9)])
-    assert d.where == "gpu" and "no better" in d.reason
-    assert d.state.spilling  # still in the spill band: the next call re-checks the cpu pool
-    d2 = decide_spill(gpu=[stats(0.5)], priority=P, deadline_s=0.2, compute_s=0.01,
+    assert d.where == "cpu" and not d.alt_meets_deadline and "would miss too" in d.reason
+    ok = decide_spill(gpu=[stats(0.5)], priority=P, deadline_s=0.2, compute_s=0.01,
                       target="cpu", cpu=[stats(0.05)], cpu_compute_s=0.03, state=d.state)
-    assert d2.where == "cpu" and d2.alt_wait_s == pytest.approx(0.08)
+    assert ok.where == "cpu" and ok.alt_meets_deadline and ok.alt_wait_s == pytest.approx(0.08)
+    assert ok.code == "holding"
+
+
+def test_cpu_then_cheap_falls_to_cheap_when_cpu_would_miss():
+    kw = dict(gpu=[stats(0.5)], priority=P, deadline_s=0.2, compute_s=0.01,
+              target="cpu-then-cheap", config=SpillConfig(high=0.8, low=0.5))
+    assert decide_spill(cpu=[stats(0.1)], **kw).where == "cpu"  # 0.11 <= 0.16
+    d = decide_spill(cpu=[stats(0.2)], **kw)  # 0.21 > 0.16
+    assert d.where == "cheap" and "cpu wait 0.210s would miss" in d.reason
+    assert decide_spill(cpu=None, **kw).where == "cpu"  # no estimate: trust the cpu pool
 
 
 def test_hysteresis_does_not_flap_inside_the_band():
@@ -78,6 +88,7 @@ def test_hysteresis_does_not_flap_inside_the_band():
         state = d.state
     assert got == want
     assert state == SpillState(True, 9.0)
+    assert SpillConfig() == SpillConfig(high=0.8, low=0.5)  # defaults leave estimate headroom
 
 
 def test_spill_start_time_is_kept_while_holding():
@@ -93,5 +104,7 @@ def test_bad_config_and_inputs_name_the_field():
         SpillConfig(high=0.5, low=0.7)
     with pytest.raises(ValueError, match="deadline_s"):
         decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=0.0, compute_s=0.0, target="cpu")
+    with pytest.raises(ValueError, match="target must be one of cpu, cheap, cpu-then-cheap"):
+        decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=1.0, compute_s=0.0, target="gpu")
     with pytest.raises(ValueError, match="compute_s"):
         decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=1.0, compute_s=-1, target="cpu")
