@@ -24,8 +24,9 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,11 +34,19 @@ import torch
 from deploy.demo import build_demo_repository
 from deploy.demo_data import load_splits
 from policies.calibration import (
-    apgr, gap_share_to_reach, share_to_reach, threshold_for_accuracy, tradeoff_curve,
+    apgr,
+    gap_share_to_reach,
+    share_to_reach,
+    threshold_for_accuracy,
+    tradeoff_curve,
 )
 from policies.routing import PlanKind, RouteRequest, RouteStrategy, make_strategy
 from router.route_training import (
-    calibrate_route, outcome_line, read_outcomes, route_scores, train_scorer,
+    calibrate_route,
+    outcome_line,
+    read_outcomes,
+    route_scores,
+    train_scorer,
 )
 
 CHEAP, EXPENSIVE = "digits-small", "digits-large"

@@ -27,21 +27,21 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 __all__ = [
     "Calibration",
     "CurvePoint",
-    "escalation_mask",
-    "threshold_for_share",
-    "threshold_for_accuracy",
-    "tradeoff_curve",
     "apgr",
-    "share_to_reach",
+    "escalation_mask",
     "gap_share_to_reach",
+    "share_to_reach",
+    "threshold_for_accuracy",
+    "threshold_for_share",
+    "tradeoff_curve",
 ]
 
 ArrayLike = Sequence[float] | np.ndarray

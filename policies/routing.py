@@ -33,8 +33,9 @@ Example::
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -42,21 +43,21 @@ from policies.priority import Priority
 
 __all__ = [
     "CONFIDENCE_MEASURES",
-    "PlanKind",
-    "RouteRequest",
-    "RoutePlan",
-    "Verdict",
+    "CascadeStrategy",
+    "FastThenRefineStrategy",
     "LinearScorer",
+    "PlanKind",
+    "PredictiveStrategy",
+    "RoutePlan",
+    "RouteRequest",
     "RouteStrategy",
     "StaticStrategy",
-    "CascadeStrategy",
-    "PredictiveStrategy",
-    "FastThenRefineStrategy",
-    "confidence",
+    "Verdict",
     "cheap_features",
+    "confidence",
     "flatten_inputs",
-    "merge_rows",
     "make_strategy",
+    "merge_rows",
     "strategy_names",
 ]
 

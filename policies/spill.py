@@ -29,13 +29,21 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from policies.priority import Priority
 
-__all__ = ["PoolStats", "SPILL_TARGETS", "SpillConfig", "SpillState", "SpillDecision",
-           "decide_spill", "estimate_wait_s"]
+__all__ = [
+    "SPILL_TARGETS",
+    "PoolStats",
+    "SpillConfig",
+    "SpillDecision",
+    "SpillState",
+    "decide_spill",
+    "estimate_wait_s",
+]
 
 SpillTarget = Literal["cpu", "cheap", "cpu-then-cheap", "none"]
 SPILL_TARGETS: tuple[str, ...] = ("cpu", "cheap", "cpu-then-cheap", "none")

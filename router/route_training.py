@@ -27,21 +27,33 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from policies.calibration import (
-    Calibration, threshold_for_accuracy, threshold_for_share, tradeoff_curve,
+    Calibration,
+    threshold_for_accuracy,
+    threshold_for_share,
+    tradeoff_curve,
 )
 from policies.routing import LinearScorer, RouteStrategy
 
 __all__ = [
-    "Outcomes", "outcome_line", "read_outcomes", "needs_expensive", "train_scorer",
-    "save_scorer", "load_scorer", "route_scores", "calibrate_route", "retrain_main",
+    "Outcomes",
     "calibrate_main",
+    "calibrate_route",
+    "load_scorer",
+    "needs_expensive",
+    "outcome_line",
+    "read_outcomes",
+    "retrain_main",
+    "route_scores",
+    "save_scorer",
+    "train_scorer",
 ]
 
 SCORER_FORMAT = "timeshare-linear-router/1"
@@ -192,7 +204,7 @@ def save_scorer(scorer: LinearScorer, path: Path | str) -> None:
 
 def load_scorer(path: Path | str) -> LinearScorer:
     """Read a scorer written by ``save_scorer``; ``ValueError`` naming the file otherwise."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="numpy") as f:
@@ -201,7 +213,7 @@ def load_scorer(path: Path | str) -> LinearScorer:
     except FileNotFoundError:
         raise ValueError(f"predictive_model {path}: file not found (train one with "
                          "`timeshare routes retrain`)") from None
-    except Exception as e:  # safetensors raises several types for corrupt files
+    except (SafetensorError, OSError, KeyError) as e:
         raise ValueError(f"predictive_model {path}: not a scorer file ({e})") from None
     if meta.get("format") != SCORER_FORMAT:
         raise ValueError(f"predictive_model {path}: format {meta.get('format')!r}, expected "

@@ -20,8 +20,9 @@ one route's threshold in a routes YAML file (used by ``timeshare routes calibrat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from policies.routing import CONFIDENCE_MEASURES, RouteStrategy, make_strategy, strategy_names
 from policies.spill import SpillConfig
 
-__all__ = ["RouteConfig", "load_routes", "build_strategy", "write_threshold", "RoutesFileError"]
+__all__ = ["RouteConfig", "RoutesFileError", "build_strategy", "load_routes", "write_threshold"]
 
 _TWO_MODEL = ("cascade", "predictive", "fast-then-refine")
 
@@ -79,7 +80,7 @@ class RouteConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _check(self) -> "RouteConfig":
+    def _check(self) -> RouteConfig:
         if self.strategy in _TWO_MODEL and not (self.cheap and self.expensive):
             raise ValueError(f"strategy {self.strategy!r} needs both 'cheap' and 'expensive' "
                              f"(got cheap={self.cheap!r}, expensive={self.expensive!r})")

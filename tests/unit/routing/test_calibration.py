@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 
 from policies.calibration import (
-    apgr, escalation_mask, gap_share_to_reach, share_to_reach, threshold_for_accuracy,
-    threshold_for_share, tradeoff_curve,
+    apgr,
+    escalation_mask,
+    gap_share_to_reach,
+    share_to_reach,
+    threshold_for_accuracy,
+    threshold_for_share,
+    tradeoff_curve,
 )
 
 

@@ -66,8 +66,8 @@ def test_overloaded_cpu_pool_still_takes_the_spill_but_says_so():
 
 
 def test_cpu_then_cheap_falls_to_cheap_when_cpu_would_miss():
-    kw = dict(gpu=[stats(0.5)], priority=P, deadline_s=0.2, compute_s=0.01,
-              target="cpu-then-cheap", config=SpillConfig(high=0.8, low=0.5))
+    kw = {"gpu": [stats(0.5)], "priority": P, "deadline_s": 0.2, "compute_s": 0.01,
+          "target": "cpu-then-cheap", "config": SpillConfig(high=0.8, low=0.5)}
     assert decide_spill(cpu=[stats(0.1)], **kw).where == "cpu"  # 0.11 <= 0.16
     d = decide_spill(cpu=[stats(0.2)], **kw)  # 0.21 > 0.16
     assert d.where == "cheap" and "cpu wait 0.210s would miss" in d.reason

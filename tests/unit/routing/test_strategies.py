@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from policies.routing import (
-    CascadeStrategy, LinearScorer, PlanKind, RouteRequest, confidence, make_strategy,
-    merge_rows, strategy_names,
+    CascadeStrategy,
+    LinearScorer,
+    PlanKind,
+    RouteRequest,
+    confidence,
+    make_strategy,
+    merge_rows,
+    strategy_names,
 )
 
 X = {"pixels": np.zeros((1, 4), np.float32)}
