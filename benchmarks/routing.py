@@ -131,6 +131,7 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
         tmp = tempfile.TemporaryDirectory(prefix="timeshare-routing-")
         repo = Path(tmp.name)
     models = _ensure_models(repo)
+    torch.set_num_threads(1)  # per-request latency on a shared box: no intra-op oversubscription
     s = load_splits("digits", seed)
     lg = {split: {m: models[m](getattr(s, f"{split}_x")) for m in models}
           for split in ("train", "calib", "test")}
