@@ -29,8 +29,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -99,7 +100,7 @@ class BreakerConfig(BaseModel):
         return v.upper() if isinstance(v, str) else v
 
     @model_validator(mode="after")
-    def _cap_min_calls(self) -> "BreakerConfig":
+    def _cap_min_calls(self) -> BreakerConfig:
         # resilience4j: a count window can never hold more than its size.
         if self.sliding_window_type == "COUNT_BASED" and (
             self.minimum_number_of_calls > self.sliding_window_size
@@ -268,7 +269,10 @@ class CircuitBreaker:
 
     def _advance(self, now: float) -> list[StateTransition]:
         c = self.config
-        if self._state is BreakerState.OPEN and now - self._since >= c.wait_duration_in_open_state_s:
+        if (
+            self._state is BreakerState.OPEN
+            and now - self._since >= c.wait_duration_in_open_state_s
+        ):
             return self._to(BreakerState.HALF_OPEN, now)
         if (
             self._state is BreakerState.HALF_OPEN

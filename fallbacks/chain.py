@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,7 +118,11 @@ def compile_chain(
             )
             out.append(CompiledStep("rules", engine=engine))
         elif s.kind == "default":
-            out.append(CompiledStep("default", outputs=as_outputs(s.outputs, where=f"{where}[{i}].outputs")))
+            out.append(
+                CompiledStep(
+                    "default", outputs=as_outputs(s.outputs, where=f"{where}[{i}].outputs")
+                )
+            )
         else:
             out.append(CompiledStep(s.kind, model=s.model, version=s.version))
     return tuple(out)
@@ -132,8 +137,11 @@ class ChainConfig(BaseModel):
         5.0, ge=0, description="Kept back from remote steps when a rules/default step follows."
     )
     remote_share: float = Field(
-        0.5, gt=0, le=1, description="Share of the remote budget a remote step may use when "
-        "other remote steps follow it."
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of the remote budget a remote step may use when "
+        "other remote steps follow it.",
     )
     min_remote_budget_ms: float = Field(
         1.0, ge=0, description="A remote step with less time than this is not started."
@@ -234,7 +242,7 @@ class ChainRunner:
             if res is not None:
                 outputs, served_by, model, version = res
                 degraded = step is not None or primary is None
-                why = (reason or next((a.outcome for a in attempts if a.outcome != "ok"), None))
+                why = reason or next((a.outcome for a in attempts if a.outcome != "ok"), None)
                 return ChainResult(
                     outputs=outputs,
                     served_by=served_by,
@@ -247,7 +255,9 @@ class ChainRunner:
                 )
         raise self._exhausted(request, deadline, attempts, reason, bool(chain))
 
-    def _budget(self, deadline: Deadline, rest: list[tuple[CompiledStep | None, Target | None]]) -> float:
+    def _budget(
+        self, deadline: Deadline, rest: list[tuple[CompiledStep | None, Target | None]]
+    ) -> float:
         c = self.config
         reserve = c.local_reserve_ms / 1000.0 if any(t is None for _, t in rest) else 0.0
         avail = deadline.budget(margin_s=reserve)
@@ -295,7 +305,7 @@ class ChainRunner:
             outcome = f"error: {type(e).__name__}"
         except asyncio.TimeoutError:
             outcome = "timeout"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any model failure degrades
             outcome = f"error: {type(e).__name__}"
         else:
             elapsed = self._clock() - t0
@@ -313,7 +323,11 @@ class ChainRunner:
         return None
 
     async def _local(
-        self, request: FallbackRequest, deadline: Deadline, step: CompiledStep, attempts: list[Attempt]
+        self,
+        request: FallbackRequest,
+        deadline: Deadline,
+        step: CompiledStep,
+        attempts: list[Attempt],
     ) -> tuple[Mapping[str, Any], str, str | None, str | None] | None:
         if step.kind == "default":
             assert step.outputs is not None

@@ -8,8 +8,8 @@ to run), so the degraded answer can still be produced before the caller gives up
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 __all__ = ["Clock", "Deadline", "resolve_deadline_ms"]
 
@@ -56,7 +56,7 @@ class Deadline:
     clock: Clock = field(default=time.monotonic, compare=False, repr=False)
 
     @classmethod
-    def after_ms(cls, ms: float, *, clock: Clock = time.monotonic) -> "Deadline":
+    def after_ms(cls, ms: float, *, clock: Clock = time.monotonic) -> Deadline:
         """A deadline ``ms`` milliseconds from now."""
         if not ms > 0:
             raise ValueError(f"deadline_ms must be > 0, got {ms!r}")
@@ -70,7 +70,7 @@ class Deadline:
         model_ms: float | None,
         app_default_ms: float,
         clock: Clock = time.monotonic,
-    ) -> "Deadline":
+    ) -> Deadline:
         """The deadline of a request arriving now, resolved as in :func:`resolve_deadline_ms`."""
         ms = resolve_deadline_ms(
             request_ms=request_ms, model_ms=model_ms, app_default_ms=app_default_ms
@@ -95,7 +95,7 @@ class Deadline:
             raise ValueError(f"margin_s must be >= 0, got {margin_s!r}")
         return max(0.0, round(self.remaining() - margin_s, 9))
 
-    def child(self, *, margin_s: float = 0.0, cap_s: float | None = None) -> "Deadline":
+    def child(self, *, margin_s: float = 0.0, cap_s: float | None = None) -> Deadline:
         """The deadline handed to a hop: ``budget(margin_s)`` from now, at most ``cap_s``.
 
         Never later than this deadline and never in the past.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from fallbacks.retry import RetryBudget
 
@@ -22,7 +23,8 @@ async def hedged(
     """Start ``attempt(0)``; if it has not answered after ``delay_s``, also start ``attempt(1)``...
 
     The first successful answer wins and the other attempts are cancelled. When every started
-    attempt has failed, the next one starts at once (if any is left). When all fail, the last error is raised.
+    attempt has failed, the next one starts at once (if any is left). When all fail, the last
+    error is raised.
     Hedges (attempts after the first) withdraw from ``budget`` when one is given, so hedging
     cannot double the load on a slow pool. Bound: at most ``max_attempts`` concurrent calls.
     """

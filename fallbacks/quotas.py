@@ -34,7 +34,7 @@ class CallerLimits(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _burst_needs_rate(self) -> "CallerLimits":
+    def _burst_needs_rate(self) -> CallerLimits:
         if self.burst is not None and self.rate_per_s is None:
             raise ValueError(f"burst={self.burst} needs rate_per_s")
         return self
@@ -75,9 +75,9 @@ class _State:
 class QuotaLease:
     """Holds one concurrency slot until released (idempotent); a context manager."""
 
-    __slots__ = ("_quotas", "_caller", "_released")
+    __slots__ = ("_caller", "_quotas", "_released")
 
-    def __init__(self, quotas: "CallerQuotas", caller: str) -> None:
+    def __init__(self, quotas: CallerQuotas, caller: str) -> None:
         self._quotas, self._caller, self._released = quotas, caller, False
 
     def release(self) -> None:
@@ -86,7 +86,7 @@ class QuotaLease:
             self._released = True
             self._quotas._release(self._caller)
 
-    def __enter__(self) -> "QuotaLease":
+    def __enter__(self) -> QuotaLease:  # noqa: PYI034 - final class
         return self
 
     def __exit__(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from fallbacks.deadline import Deadline
 from router.errors import ServiceUnavailable, TimeshareError
@@ -22,8 +23,15 @@ RetryPredicate = Callable[[BaseException], bool]
 
 # Ray's transient failures, matched by name so this module needs no Ray import.
 _TRANSIENT_NAMES = frozenset(
-    {"RayActorError", "ActorDiedError", "ActorUnavailableError", "ObjectLostError",
-     "NodeDiedError", "WorkerCrashedError", "DeploymentUnavailableError"}
+    {
+        "RayActorError",
+        "ActorDiedError",
+        "ActorUnavailableError",
+        "ObjectLostError",
+        "NodeDiedError",
+        "WorkerCrashedError",
+        "DeploymentUnavailableError",
+    }
 )
 
 
@@ -94,7 +102,7 @@ async def retry_call(
     backoff_s: float = 0.005,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> T:
-    """Run ``attempt()``; on a retryable failure try again while attempts, budget and deadline allow.
+    """Run ``attempt()``; retry a retryable failure while attempts, budget and deadline allow.
 
     ``max_attempts`` counts the first call (bound: at most ``max_attempts`` calls). Backoff
     doubles from ``backoff_s`` and never sleeps past the deadline. The last error is re-raised.

@@ -6,9 +6,10 @@ import asyncio
 import inspect
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class RuleEngine:
         callable_timeout_ms: float = 50.0,
         where: str = "rules",
         executor: ThreadPoolExecutor | None = None,
-    ) -> "RuleEngine":
+    ) -> RuleEngine:
         """Validate ``rules`` (and/or one callable, tried first) into an engine.
 
         Raises ``RuleConfigError`` naming the rule and field.
@@ -114,7 +115,9 @@ class RuleEngine:
         try:
             out = rule.match(request)
         except Exception:  # a rule that cannot evaluate this input does not apply to it
-            log.warning("rule %r failed on request %s", rule.name, request.request_id, exc_info=True)
+            log.warning(
+                "rule %r failed on request %s", rule.name, request.request_id, exc_info=True
+            )
             return None
         return None if out is None else RuleMatch(rule.name, rule.type, out)
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Annotated, Any, Callable, Literal, Mapping, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -101,7 +102,7 @@ def resolve_callable(path: str) -> Callable[..., Any]:
         if obj is None:
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
     if not callable(obj):
-        raise ValueError(f"{path!r} is not callable")
+        raise ValueError(f"{path!r} is not callable")  # noqa: TRY004 - pydantic reports ValueError
     return obj
 
 
@@ -220,7 +221,7 @@ class RangeRule(_WithOutputs):
     inclusive: bool = Field(True, description="Bounds are inclusive.")
 
     @model_validator(mode="after")
-    def _bounds(self) -> "RangeRule":
+    def _bounds(self) -> RangeRule:
         if self.min is None and self.max is None:
             raise _FieldError("min", "range needs 'min', 'max' or both")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -258,7 +259,7 @@ class LookupRule(_Rule):
         return None if v is None else as_outputs(v, where="default")
 
     @model_validator(mode="after")
-    def _needs_input(self) -> "LookupRule":
+    def _needs_input(self) -> LookupRule:
         if self.key == "input" and not self.input:
             raise _FieldError("input", "key=input needs 'input' (the input tensor name)")
         return self
@@ -317,9 +318,7 @@ class CallableRule(_Rule):
 
 
 RuleSpec = Annotated[
-    Union[
-        RegexRule, KeywordRule, ThresholdRule, RangeRule, LookupRule, StaticRule, CallableRule
-    ],
+    RegexRule | KeywordRule | ThresholdRule | RangeRule | LookupRule | StaticRule | CallableRule,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(RuleSpec)
@@ -339,7 +338,9 @@ def load_rules(raw: Sequence[Mapping[str, Any]], *, where: str = "rules") -> tup
         if not isinstance(item, Mapping):
             raise RuleConfigError(
                 f"{label}: expected a mapping, got {type(item).__name__}",
-                index=i, rule_name=None, field=None,
+                index=i,
+                rule_name=None,
+                field=None,
             )
         try:
             rule = _ADAPTER.validate_python(dict(item))
@@ -361,7 +362,9 @@ def load_rules(raw: Sequence[Mapping[str, Any]], *, where: str = "rules") -> tup
         if rule.name in seen:
             raise RuleConfigError(
                 f"{label}: field 'name': duplicate rule name (also rules[{seen[rule.name]}])",
-                index=i, rule_name=rule.name, field="name",
+                index=i,
+                rule_name=rule.name,
+                field="name",
             )
         seen[rule.name] = i
         rules.append(rule)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from fallbacks._private.windows import TimeBuckets
 from fallbacks.deadline import Clock

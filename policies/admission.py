@@ -12,8 +12,8 @@ Two independent rules, both pure functions over immutable inputs:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -36,19 +36,25 @@ class AdmissionConfig(BaseModel):
 
     max_utilization: dict[str, float] = Field(
         default_factory=lambda: {
-            "realtime": 1.5, "interactive": 1.0, "batch": 0.8, "background": 0.6
+            "realtime": 1.5,
+            "interactive": 1.0,
+            "batch": 0.8,
+            "background": 0.6,
         },
         description="Shed a class once in-flight / capacity reaches this (>1 lets it queue).",
     )
     max_queue_delay_s: dict[str, float] = Field(
         default_factory=lambda: {
-            "realtime": 0.5, "interactive": 2.0, "batch": 10.0, "background": 30.0
+            "realtime": 0.5,
+            "interactive": 2.0,
+            "batch": 10.0,
+            "background": 30.0,
         },
         description="Shed a class once its estimated queue delay exceeds this.",
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "AdmissionConfig":
+    def _check(self) -> AdmissionConfig:
         labels = {p.label for p in Priority}
         for fname in ("max_utilization", "max_queue_delay_s"):
             d = getattr(self, fname)

@@ -10,7 +10,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["Totals", "CountWindow", "TimeWindow", "TimeBuckets"]
+__all__ = ["CountWindow", "TimeBuckets", "TimeWindow", "Totals"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,8 +68,9 @@ def test_config_must_name_every_class():
     with pytest.raises(ValidationError, match="max_utilization needs exactly the classes"):
         AdmissionConfig(max_utilization={"realtime": 1.0})
     with pytest.raises(ValidationError, match="max_queue_delay_s values must be > 0"):
-        AdmissionConfig(max_queue_delay_s={"realtime": 0, "interactive": 1, "batch": 1,
-                                           "background": 1})
+        AdmissionConfig(
+            max_queue_delay_s={"realtime": 0, "interactive": 1, "batch": 1, "background": 1}
+        )
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,8 @@ def test_concurrency_limit_and_release(clock):
 
 def test_context_manager_releases_on_error(clock):
     q = CallerQuotas(QuotaConfig(default=CallerLimits(max_concurrency=1)), clock=clock)
-    with pytest.raises(RuntimeError):
-        with q.acquire("c"):
-            raise RuntimeError("model failed")
+    with pytest.raises(RuntimeError), q.acquire("c"):
+        raise RuntimeError("model failed")
     assert q.in_flight("c") == 0
 
 

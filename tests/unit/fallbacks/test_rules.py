@@ -85,8 +85,16 @@ async def test_static_and_lookup_default():
 
 async def test_rule_on_a_missing_input_does_not_apply():
     eng = RuleEngine.from_config(
-        [{"name": "t", "type": "threshold", "input": "x", "op": "gt", "value": 0,
-          "outputs": {"y": 1}}]
+        [
+            {
+                "name": "t",
+                "type": "threshold",
+                "input": "x",
+                "op": "gt",
+                "value": 0,
+                "outputs": {"y": 1},
+            }
+        ]
     )
     assert await eng.evaluate(req(other=[1.0])) is None
 
@@ -95,26 +103,70 @@ async def test_rule_on_a_missing_input_does_not_apply():
     "rules, index, name, field",
     [
         ([{"name": "a", "type": "regex", "pattern": "(", "outputs": {"y": 1}}], 0, "a", "pattern"),
-        ([{"name": "ok", "type": "static", "outputs": {"y": 1}},
-          {"name": "b", "type": "nope"}], 1, "b", "type"),
+        (
+            [{"name": "ok", "type": "static", "outputs": {"y": 1}}, {"name": "b", "type": "nope"}],
+            1,
+            "b",
+            "type",
+        ),
         ([{"name": "c", "outputs": {"y": 1}}], 0, "c", "type"),
-        ([{"name": "d", "type": "threshold", "input": "x", "op": "~", "value": 1,
-           "outputs": {"y": 1}}], 0, "d", "op"),
+        (
+            [
+                {
+                    "name": "d",
+                    "type": "threshold",
+                    "input": "x",
+                    "op": "~",
+                    "value": 1,
+                    "outputs": {"y": 1},
+                }
+            ],
+            0,
+            "d",
+            "op",
+        ),
         ([{"name": "e", "type": "static", "outputs": {"y": [[1], [1, 2]]}}], 0, "e", "outputs"),
         ([{"name": "f", "type": "callable", "function": "os:nope"}], 0, "f", "function"),
         ([{"name": "f2", "type": "callable", "function": "no_colon"}], 0, "f2", "function"),
         ([{"type": "static", "outputs": {"y": 1}}], 0, None, "name"),
         ([{"name": "g", "type": "range", "input": "x", "outputs": {"y": 1}}], 0, "g", "min"),
-        ([{"name": "g2", "type": "range", "input": "x", "min": 2, "max": 1,
-           "outputs": {"y": 1}}], 0, "g2", "min"),
-        ([{"name": "h", "type": "lookup", "key": "input", "table": {"a": {"y": 1}}}],
-         0, "h", "input"),
-        ([{"name": "i", "type": "keyword", "keywords": [], "outputs": {"y": 1}}],
-         0, "i", "keywords"),
-        ([{"name": "j", "type": "static", "outputs": {"y": 1}, "colour": "red"}],
-         0, "j", "colour"),
-        ([{"name": "k", "type": "static", "outputs": {"y": 1}},
-          {"name": "k", "type": "static", "outputs": {"y": 2}}], 1, "k", "name"),
+        (
+            [
+                {
+                    "name": "g2",
+                    "type": "range",
+                    "input": "x",
+                    "min": 2,
+                    "max": 1,
+                    "outputs": {"y": 1},
+                }
+            ],
+            0,
+            "g2",
+            "min",
+        ),
+        (
+            [{"name": "h", "type": "lookup", "key": "input", "table": {"a": {"y": 1}}}],
+            0,
+            "h",
+            "input",
+        ),
+        (
+            [{"name": "i", "type": "keyword", "keywords": [], "outputs": {"y": 1}}],
+            0,
+            "i",
+            "keywords",
+        ),
+        ([{"name": "j", "type": "static", "outputs": {"y": 1}, "colour": "red"}], 0, "j", "colour"),
+        (
+            [
+                {"name": "k", "type": "static", "outputs": {"y": 1}},
+                {"name": "k", "type": "static", "outputs": {"y": 2}},
+            ],
+            1,
+            "k",
+            "name",
+        ),
     ],
 )
 def test_validation_errors_name_rule_and_field(rules, index, name, field):

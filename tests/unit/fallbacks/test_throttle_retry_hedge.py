@@ -107,7 +107,9 @@ async def no_sleep(_: float) -> None:
 
 async def test_retry_call_retries_idempotent_failures():
     f = Flaky([ConnectionResetError(), ServiceUnavailable("x")])
-    out = await retry_call(f, deadline=Deadline.after_ms(1000), budget=RetryBudget(), sleep=no_sleep)
+    out = await retry_call(
+        f, deadline=Deadline.after_ms(1000), budget=RetryBudget(), sleep=no_sleep
+    )
     assert (out, f.calls) == ("ok", 3)
 
 
@@ -121,18 +123,28 @@ async def test_retry_call_does_not_retry_other_failures():
 async def test_retry_call_is_bounded_by_attempts_budget_and_deadline():
     f = Flaky([ConnectionError()] * 10)
     with pytest.raises(ConnectionError):
-        await retry_call(f, deadline=Deadline.after_ms(1000), budget=RetryBudget(),
-                         max_attempts=3, sleep=no_sleep)
+        await retry_call(
+            f,
+            deadline=Deadline.after_ms(1000),
+            budget=RetryBudget(),
+            max_attempts=3,
+            sleep=no_sleep,
+        )
     assert f.calls == 3
     f = Flaky([ConnectionError()] * 10)
     with pytest.raises(ConnectionError):
-        await retry_call(f, deadline=Deadline.after_ms(1000),
-                         budget=RetryBudget(initial_tokens=0), sleep=no_sleep)
+        await retry_call(
+            f,
+            deadline=Deadline.after_ms(1000),
+            budget=RetryBudget(initial_tokens=0),
+            sleep=no_sleep,
+        )
     assert f.calls == 1  # budget spent (0 + 0.1 tokens)
     f = Flaky([ConnectionError()] * 10)
     with pytest.raises(ConnectionError):
-        await retry_call(f, deadline=Deadline.after_ms(1), budget=RetryBudget(),
-                         backoff_s=0.01, sleep=no_sleep)
+        await retry_call(
+            f, deadline=Deadline.after_ms(1), budget=RetryBudget(), backoff_s=0.01, sleep=no_sleep
+        )
     assert f.calls == 1  # the backoff would end past the deadline
 
 
