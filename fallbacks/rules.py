@@ -348,6 +348,7 @@ def load_rules(raw: Sequence[Mapping[str, Any]], *, where: str = "rules") -> tup
             err = e.errors()[0]
             loc = [str(p) for p in err["loc"]]
             blamed = (err.get("ctx") or {}).get("error")
+            field: str | None
             if err["type"] in _TAG_ERRORS:
                 field = "type"
             elif isinstance(blamed, _FieldError):
