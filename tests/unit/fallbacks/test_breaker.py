@@ -114,16 +114,17 @@ def test_open_rejects_then_half_open_after_wait(clock):
     assert events[-1].at == clock.now
 
 
-def test_half_open_permits_limited_trials_then_closes(clock):
-    b, events = make(
-        clock,
-        sliding_window_size=2,
-        minimum_number_of_calls=2,
-        wait_duration_in_open_state_s=1,
-        permitted_number_of_calls_in_half_open_state=3,
-    )
-    calls(b, 2, fail=True)
+def half_open(clock, **kw) -> tuple[CircuitBreaker, list[StateTransition]]:
+    """A breaker opened by one failure (window of 1) and moved to HALF_OPEN after its 1 s wait."""
+    b, events = make(clock, sliding_window_size=1, wait_duration_in_open_state_s=1, **kw)
+    calls(b, 1, fail=True)
     clock.advance(1)
+    assert b.state is S.HALF_OPEN
+    return b, events
+
+
+def test_half_open_permits_limited_trials_then_closes(clock):
+    b, events = half_open(clock, permitted_number_of_calls_in_half_open_state=3)
     assert [b.try_acquire() for _ in range(4)] == [True, True, True, False]
     b.on_success(0.01)
     b.on_error(0.01)
@@ -131,21 +132,26 @@ def test_half_open_permits_limited_trials_then_closes(clock):
     b.on_success(0.01)  # 1 of 3 failed = 33 % < 50 %
     assert b.state is S.CLOSED
     assert [e.to_state for e in events] == [S.OPEN, S.HALF_OPEN, S.CLOSED]
-    # the closed window starts empty: one failure does not reopen it
-    calls(b, 1, fail=True)
-    assert b.state is S.CLOSED
 
 
-def test_half_open_failures_reopen(clock):
-    b, events = make(
+def test_closed_window_starts_empty_after_half_open(clock):
+    b, _ = make(
         clock,
-        sliding_window_size=2,
+        sliding_window_size=4,
         minimum_number_of_calls=2,
         wait_duration_in_open_state_s=1,
-        permitted_number_of_calls_in_half_open_state=2,
+        permitted_number_of_calls_in_half_open_state=1,
     )
     calls(b, 2, fail=True)
     clock.advance(1)
+    calls(b, 1)
+    assert b.state is S.CLOSED
+    calls(b, 1, fail=True)  # 1 call < minimum 2: the old failures are forgotten
+    assert b.state is S.CLOSED and b.metrics().calls == 1
+
+
+def test_half_open_failures_reopen(clock):
+    b, events = half_open(clock, permitted_number_of_calls_in_half_open_state=2)
     calls(b, 1)
     calls(b, 1, fail=True)  # 50 % >= 50 %
     assert b.state is S.OPEN
@@ -157,14 +163,7 @@ def test_half_open_failures_reopen(clock):
 
 
 def test_release_returns_a_half_open_permit(clock):
-    b, _ = make(
-        clock,
-        sliding_window_size=1,
-        wait_duration_in_open_state_s=1,
-        permitted_number_of_calls_in_half_open_state=1,
-    )
-    calls(b, 1, fail=True)
-    clock.advance(1)
+    b, _ = half_open(clock, permitted_number_of_calls_in_half_open_state=1)
     assert b.try_acquire()
     assert not b.try_acquire()
     b.release()
@@ -172,14 +171,7 @@ def test_release_returns_a_half_open_permit(clock):
 
 
 def test_max_wait_in_half_open_goes_back_to_open(clock):
-    b, _ = make(
-        clock,
-        sliding_window_size=1,
-        wait_duration_in_open_state_s=1,
-        max_wait_duration_in_half_open_state_s=2,
-    )
-    calls(b, 1, fail=True)
-    clock.advance(1)
+    b, _ = half_open(clock, max_wait_duration_in_half_open_state_s=2)
     assert b.try_acquire()
     clock.advance(2)
     assert b.state is S.OPEN

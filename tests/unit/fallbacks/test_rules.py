@@ -181,7 +181,9 @@ def test_validation_errors_name_rule_and_field(rules, index, name, field):
 
 
 async def test_callable_answers_and_declines():
-    eng = RuleEngine.from_config([{"name": "py", "type": "callable", "function": f"{CB}:answer"}])
+    eng = RuleEngine.from_config(
+        [{"name": "py", "type": "callable", "function": f"{CB}:answer", "timeout_ms": 10_000}]
+    )
     m = await eng.evaluate(req("seven"))
     assert (m.rule, m.kind, m.outputs["label"].tolist()) == ("py", "callable", [7])
     assert await eng.evaluate(req("eight")) is None
@@ -209,7 +211,9 @@ async def test_callable_timeout_is_capped_by_budget():
 
 @pytest.mark.parametrize("fn", ["boom", "bad_output"])
 async def test_callable_errors_and_bad_results_are_no_answer(fn):
-    eng = RuleEngine.from_config([{"name": fn, "type": "callable", "function": f"{CB}:{fn}"}])
+    eng = RuleEngine.from_config(  # a generous timeout: these must fail for their own reason
+        [{"name": fn, "type": "callable", "function": f"{CB}:{fn}", "timeout_ms": 10_000}]
+    )
     assert await eng.evaluate(req("seven")) is None
 
 
