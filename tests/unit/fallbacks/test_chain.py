@@ -106,11 +106,11 @@ async def test_hung_primary_is_abandoned_within_its_share_and_next_model_answers
 
 async def test_everything_remote_hangs_rules_answer_before_the_deadline():
     ex = FakeExecutor({("big", "gpu"): "hang", ("small", "gpu"): "hang", ("big", "cpu"): "hang"})
-    deadline = Deadline.after_ms(60)
+    deadline = Deadline.after_ms(300)
     res = await runner(ex).run(REQ, deadline=deadline, chain=CHAIN, primary=Target("big", "2"))
     assert (res.served_by, res.reason) == ("rules:greet", "timeout")
     # the remote steps were given at most the deadline minus the 5 ms kept for the rules step
-    assert sum(c[3] for c in ex.calls) <= 0.060 - 0.005
+    assert sum(c[3] for c in ex.calls) <= 0.300 - 0.005
     assert res.outputs["y"].tolist() == [[0.5]]
     assert [a.served_by for a in res.attempts] == [
         "gpu:big@2",
@@ -167,7 +167,7 @@ async def test_expired_deadline_starts_no_remote_work():
 async def test_empty_chain_raises_clear_errors():
     ex = FakeExecutor({("big", "gpu"): "hang"})
     with pytest.raises(DeadlineExceeded, match="no fallback chain") as ei:
-        await runner(ex).run(REQ, deadline=Deadline.after_ms(20), chain=(), primary=Target("big"))
+        await runner(ex).run(REQ, deadline=Deadline.after_ms(200), chain=(), primary=Target("big"))
     assert ei.value.status_code == 504 and "gpu:big: timeout" in str(ei.value)
     ex2 = FakeExecutor({("big", "gpu"): "raise"})
     with pytest.raises(ServiceUnavailable, match="error: RuntimeError"):
