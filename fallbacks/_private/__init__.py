@@ -1,0 +1,1 @@
+"""Internals of the fallbacks package; not a public API."""

@@ -1,0 +1,364 @@
+"""The fallback chain runner: primary call, then each fallback step in order, within a deadline.
+
+Seams for the router (no Ray here):
+
+* :class:`ModelExecutor` — the router implements ``call_model`` by calling the GPU or CPU pool
+  deployment through its handle with ``budget_s`` as the hop's deadline.
+* :func:`compile_chain` — run once per model config at load time (rule validation errors surface
+  then, naming ``fallback[i].rules[j]``), the result stored with the model.
+* :meth:`ChainRunner.run` — one call per request; returns a :class:`ChainResult` or raises
+  ``DeadlineExceeded`` (504) / ``ServiceUnavailable`` (503).
+
+Budgets: a remote step (the primary, ``model``, ``cpu``) may use the remaining time minus
+``local_reserve_ms`` when a rules/default step follows it, and only ``remote_share`` of that when
+more remote steps follow, so a hung primary still leaves time for the next model. A remote step
+whose deadline has passed is not started (``expired``); rules and default steps always run, as
+they are bounded by configuration (declarative rules take microseconds, callables have a timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from fallbacks.breaker import BreakerRegistry
+from fallbacks.deadline import Clock, Deadline
+from fallbacks.request import FallbackRequest, as_outputs
+from fallbacks.rule_engine import RuleEngine
+from fallbacks.throttle import AdaptiveThrottle
+from pool.config import FallbackStep
+from router.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
+
+__all__ = [
+    "Attempt",
+    "ChainConfig",
+    "ChainResult",
+    "ChainRunner",
+    "CompiledStep",
+    "ModelExecutor",
+    "ModelReply",
+    "PoolName",
+    "Target",
+    "compile_chain",
+]
+
+PoolName = Literal["gpu", "cpu"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """What a model call returns: outputs, and the version that actually ran (if known)."""
+
+    outputs: Mapping[str, Any]
+    version: str | None = None
+
+
+class ModelExecutor(Protocol):
+    """Runs one model call on a pool; implemented by the router over Ray handles."""
+
+    async def call_model(
+        self,
+        request: FallbackRequest,
+        *,
+        model: str,
+        version: str | None,
+        pool: PoolName,
+        budget_s: float,
+    ) -> ModelReply:
+        """Answer within ``budget_s`` seconds or raise; the runner cancels it at the budget."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The primary call: model, version (None = default) and pool."""
+
+    model: str
+    version: str | None = None
+    pool: PoolName = "gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStep:
+    """A validated fallback step ready to run."""
+
+    kind: Literal["model", "cpu", "rules", "default"]
+    model: str | None = None
+    version: str | None = None
+    engine: RuleEngine | None = None
+    outputs: Mapping[str, np.ndarray] | None = None
+
+    @property
+    def local(self) -> bool:
+        """Rules and default steps run in-process and cost (almost) no time."""
+        return self.kind in ("rules", "default")
+
+
+def compile_chain(
+    steps: Sequence[FallbackStep], *, callable_timeout_ms: float = 50.0, where: str = "fallback"
+) -> tuple[CompiledStep, ...]:
+    """Validate a model's fallback chain (rules, static outputs) once, at config load.
+
+    Raises ``RuleConfigError`` / ``ValueError`` naming e.g. ``fallback[2].rules[0]``.
+    """
+    out: list[CompiledStep] = []
+    for i, s in enumerate(steps):
+        if s.kind == "rules":
+            engine = RuleEngine.from_config(
+                s.rules,
+                callable_path=s.callable,
+                callable_timeout_ms=callable_timeout_ms,
+                where=f"{where}[{i}].rules",
+            )
+            out.append(CompiledStep("rules", engine=engine))
+        elif s.kind == "default":
+            out.append(
+                CompiledStep(
+                    "default", outputs=as_outputs(s.outputs, where=f"{where}[{i}].outputs")
+                )
+            )
+        else:
+            out.append(CompiledStep(s.kind, model=s.model, version=s.version))
+    return tuple(out)
+
+
+class ChainConfig(BaseModel):
+    """How the runner splits a deadline between steps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    local_reserve_ms: float = Field(
+        5.0, ge=0, description="Kept back from remote steps when a rules/default step follows."
+    )
+    remote_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of the remote budget a remote step may use when "
+        "other remote steps follow it.",
+    )
+    min_remote_budget_ms: float = Field(
+        1.0, ge=0, description="A remote step with less time than this is not started."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One step tried: who (``served_by`` label), what happened, how long it took."""
+
+    served_by: str
+    outcome: str  # ok | timeout | error: <Type> | breaker_open | throttled | expired | no_match
+    elapsed_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChainResult:
+    """The answer. ``degraded`` answers carry ``served_by`` and the first failure as ``reason``."""
+
+    outputs: Mapping[str, Any]
+    served_by: str
+    degraded: bool
+    reason: str | None
+    model: str | None
+    version: str | None
+    attempts: tuple[Attempt, ...]
+    elapsed_s: float
+
+
+def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest) -> Target:
+    """A model/cpu step's target; a cpu step without a model runs the primary model on CPU."""
+    pool: PoolName = "cpu" if step.kind == "cpu" else "gpu"
+    if step.model:
+        return Target(step.model, step.version, pool)
+    base = primary or Target(request.model, request.version)
+    return Target(base.model, step.version or base.version, pool)
+
+
+def _label(prefix: str, model: str, version: str | None) -> str:
+    return f"{prefix}:{model}@{version}" if version else f"{prefix}:{model}"
+
+
+class ChainRunner:
+    """Runs a primary call and its fallback chain within a :class:`Deadline`.
+
+    ``breakers`` (per (model, pool)) and ``throttles`` (per pool name) are optional guards: an
+    open breaker or a throttled pool makes the runner skip that step at once.
+    """
+
+    def __init__(
+        self,
+        executor: ModelExecutor,
+        *,
+        config: ChainConfig | None = None,
+        breakers: BreakerRegistry | None = None,
+        throttles: Mapping[str, AdaptiveThrottle] | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._executor = executor
+        self.config = config or ChainConfig()
+        self._breakers = breakers
+        self._throttles = dict(throttles or {})
+        self._clock = clock
+
+    async def run(
+        self,
+        request: FallbackRequest,
+        *,
+        deadline: Deadline,
+        chain: Sequence[CompiledStep],
+        primary: Target | None,
+        reason: str | None = None,
+        local_only: bool = False,
+    ) -> ChainResult:
+        """Answer ``request``: ``primary`` first (None when shed), then ``chain`` in order.
+
+        ``reason`` labels why the primary was skipped (e.g. ``"shed"``); ``local_only`` skips
+        remote fallback steps (e.g. when the whole service is shedding).
+        """
+        t0 = self._clock()
+        attempts: list[Attempt] = []
+        steps: list[tuple[CompiledStep | None, Target | None]] = []
+        if primary is not None:
+            steps.append((None, primary))
+        for s in chain:
+            if s.local:
+                steps.append((s, None))
+            elif not local_only:
+                steps.append((s, _step_target(s, primary, request)))
+        for i, (step, target) in enumerate(steps):
+            rest = steps[i + 1 :]
+            if target is not None:
+                prefix = target.pool if step is None else step.kind
+                res = await self._remote(request, deadline, target, prefix, rest, attempts)
+            else:
+                assert step is not None
+                res = await self._local(request, deadline, step, attempts)
+            if res is not None:
+                outputs, served_by, model, version = res
+                degraded = step is not None or primary is None
+                why = reason or next((a.outcome for a in attempts if a.outcome != "ok"), None)
+                return ChainResult(
+                    outputs=outputs,
+                    served_by=served_by,
+                    degraded=degraded,
+                    reason=why if degraded else None,
+                    model=model,
+                    version=version,
+                    attempts=tuple(attempts),
+                    elapsed_s=self._clock() - t0,
+                )
+        raise self._exhausted(request, deadline, attempts, reason, bool(chain))
+
+    def _budget(
+        self, deadline: Deadline, rest: list[tuple[CompiledStep | None, Target | None]]
+    ) -> float:
+        c = self.config
+        reserve = c.local_reserve_ms / 1000.0 if any(t is None for _, t in rest) else 0.0
+        avail = deadline.budget(margin_s=reserve)
+        return avail * c.remote_share if any(t is not None for _, t in rest) else avail
+
+    async def _remote(
+        self,
+        request: FallbackRequest,
+        deadline: Deadline,
+        target: Target,
+        prefix: str,
+        rest: list[tuple[CompiledStep | None, Target | None]],
+        attempts: list[Attempt],
+    ) -> tuple[Mapping[str, Any], str, str | None, str | None] | None:
+        label = _label(prefix, target.model, target.version)
+        budget = self._budget(deadline, rest)
+        if deadline.expired() or budget * 1000.0 < self.config.min_remote_budget_ms:
+            attempts.append(Attempt(label, "expired", 0.0))
+            return None
+        breaker = self._breakers.get(target.model, target.pool) if self._breakers else None
+        if breaker is not None and not breaker.try_acquire():
+            attempts.append(Attempt(label, "breaker_open", 0.0))
+            return None
+        throttle = self._throttles.get(target.pool)
+        if throttle is not None and not throttle.allow():
+            if breaker is not None:
+                breaker.release()
+            attempts.append(Attempt(label, "throttled", 0.0))
+            return None
+        t0 = self._clock()
+        call = self._executor.call_model(
+            request, model=target.model, version=target.version, pool=target.pool, budget_s=budget
+        )
+        try:
+            reply = await asyncio.wait_for(call, budget)
+        except asyncio.CancelledError:
+            if breaker is not None:
+                breaker.release()
+            raise
+        except TimeshareError as e:
+            if e.status_code < 500:  # the caller's fault: no fallback would be right either
+                if breaker is not None:
+                    breaker.release()
+                raise
+            outcome = f"error: {type(e).__name__}"
+        except asyncio.TimeoutError:
+            outcome = "timeout"
+        except Exception as e:  # noqa: BLE001 - any model failure degrades
+            outcome = f"error: {type(e).__name__}"
+        else:
+            elapsed = self._clock() - t0
+            if breaker is not None:
+                breaker.on_success(elapsed)
+            if throttle is not None:
+                throttle.on_accepted()
+            version = reply.version or target.version
+            attempts.append(Attempt(_label(prefix, target.model, version), "ok", elapsed))
+            return reply.outputs, _label(prefix, target.model, version), target.model, version
+        elapsed = self._clock() - t0
+        if breaker is not None:
+            breaker.on_error(elapsed)
+        attempts.append(Attempt(label, outcome, elapsed))
+        return None
+
+    async def _local(
+        self,
+        request: FallbackRequest,
+        deadline: Deadline,
+        step: CompiledStep,
+        attempts: list[Attempt],
+    ) -> tuple[Mapping[str, Any], str, str | None, str | None] | None:
+        if step.kind == "default":
+            assert step.outputs is not None
+            attempts.append(Attempt("default", "ok", 0.0))
+            return step.outputs, "default", None, None
+        assert step.engine is not None
+        t0 = self._clock()
+        budget = max(deadline.remaining(), self.config.local_reserve_ms / 1000.0)
+        match = await step.engine.evaluate(request, budget_s=budget)
+        elapsed = self._clock() - t0
+        if match is None:
+            attempts.append(Attempt("rules", "no_match", elapsed))
+            return None
+        label = f"rules:{match.rule}"
+        attempts.append(Attempt(label, "ok", elapsed))
+        return match.outputs, label, None, None
+
+    def _exhausted(
+        self,
+        request: FallbackRequest,
+        deadline: Deadline,
+        attempts: list[Attempt],
+        reason: str | None,
+        has_chain: bool,
+    ) -> TimeshareError:
+        tried = "; ".join(f"{a.served_by}: {a.outcome}" for a in attempts) or "nothing tried"
+        head = f"model {request.model!r}: " + (
+            "every fallback step failed" if has_chain else "no fallback chain is configured"
+        )
+        if reason:
+            head += f" (primary skipped: {reason})"
+        timed_out = deadline.expired() or any(a.outcome in ("timeout", "expired") for a in attempts)
+        cls = DeadlineExceeded if timed_out else ServiceUnavailable
+        return cls(f"{head}; tried {tried}")

@@ -1,0 +1,93 @@
+import pytest
+from pydantic import ValidationError
+
+from policies.admission import (
+    AdmissionConfig,
+    AdmissionSnapshot,
+    decide_admission,
+    shed_classes,
+    throttle_reject_probability,
+)
+from policies.priority import Priority as P
+
+CFG = AdmissionConfig()
+
+
+def snap(in_flight: int, capacity: int = 10, **delays) -> AdmissionSnapshot:
+    return AdmissionSnapshot(
+        capacity=capacity,
+        in_flight={P.INTERACTIVE: in_flight},
+        queue_delay_s={P[k.upper()]: v for k, v in delays.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    "in_flight, shed",
+    [
+        (5, set()),
+        (6, {P.BACKGROUND}),  # 0.6 >= background ceiling
+        (8, {P.BATCH, P.BACKGROUND}),
+        (10, {P.INTERACTIVE, P.BATCH, P.BACKGROUND}),
+        (15, set(P)),
+    ],
+)
+def test_shedding_by_utilization_lowest_class_first(in_flight, shed):
+    assert shed_classes(snap(in_flight), CFG) == shed
+
+
+def test_queue_delay_of_an_urgent_class_sheds_every_class_below_it():
+    # batch waits too long, background does not (yet): background is still shed
+    s = snap(1, batch=11.0, background=0.0)
+    assert shed_classes(s, CFG) == {P.BATCH, P.BACKGROUND}
+
+
+def test_decision_carries_reason_and_sheds_only_lower_classes():
+    s = snap(8)
+    d = decide_admission(s, priority=P.BATCH, budget_s=1.0, config=CFG)
+    assert (d.admit, d.reason) == (False, "overload:batch")
+    d = decide_admission(s, priority=P.BACKGROUND, budget_s=1.0, config=CFG)
+    assert (d.admit, d.reason) == (False, "overload:batch")
+    assert decide_admission(s, priority=P.INTERACTIVE, budget_s=1.0, config=CFG).admit
+    assert decide_admission(s, priority=P.REALTIME, budget_s=1.0, config=CFG).admit
+
+
+def test_request_that_would_miss_its_deadline_is_shed():
+    s = snap(1, interactive=0.3)
+    d = decide_admission(s, priority=P.INTERACTIVE, budget_s=0.2, config=CFG)
+    assert (d.admit, d.reason) == (False, "would_miss_deadline")
+    assert decide_admission(s, priority=P.INTERACTIVE, budget_s=0.5, config=CFG).admit
+
+
+def test_zero_capacity_sheds_everything_once_busy():
+    s = AdmissionSnapshot(capacity=0, in_flight={P.REALTIME: 1})
+    assert shed_classes(s, CFG) == set(P)
+    assert shed_classes(AdmissionSnapshot(capacity=0), CFG) == set()
+
+
+def test_config_must_name_every_class():
+    with pytest.raises(ValidationError, match="max_utilization needs exactly the classes"):
+        AdmissionConfig(max_utilization={"realtime": 1.0})
+    with pytest.raises(ValidationError, match="max_queue_delay_s values must be > 0"):
+        AdmissionConfig(
+            max_queue_delay_s={"realtime": 0, "interactive": 1, "batch": 1, "background": 1}
+        )
+
+
+@pytest.mark.parametrize(
+    "requests, accepts, k, p",
+    [
+        (0, 0, 2.0, 0.0),
+        (100, 100, 2.0, 0.0),
+        (100, 50, 2.0, 0.0),  # accepts at half the rate: k=2 still sends everything
+        (100, 25, 2.0, 50 / 101),
+        (100, 0, 2.0, 100 / 101),
+        (10, 5, 1.0, 5 / 11),
+    ],
+)
+def test_sre_book_rejection_probability(requests, accepts, k, p):
+    assert throttle_reject_probability(requests, accepts, k) == pytest.approx(p)
+
+
+def test_k_must_be_positive():
+    with pytest.raises(ValueError, match="k must be > 0"):
+        throttle_reject_probability(1, 1, 0)
