@@ -74,14 +74,23 @@ class Alerter:
         self._task: asyncio.Task[None] | None = None
         self._test_results: list[DeliveryResult] = []
         self.rejected = 0
-        kw = {"client": self._client, "clock": self._clock, "on_result": self._on_result, **(channel_options or {})}
+        kw = {
+            "client": self._client,
+            "clock": self._clock,
+            "on_result": self._on_result,
+            **(channel_options or {}),
+        }
         env = os.environ if environ is None else environ
         self.channels: dict[str, list[Channel]] = {}
         for r in config.receivers:
             if self.policy.log_only:
-                self.channels[r.name] = [LogChannel(f"{r.name}/log/0", r.name, LogChannelConfig(), **kw)]
+                self.channels[r.name] = [
+                    LogChannel(f"{r.name}/log/0", r.name, LogChannelConfig(), **kw)
+                ]
             else:
-                self.channels[r.name] = [build_channel(r.name, i, c, environ=env, **kw) for i, c in enumerate(r.channels)]
+                self.channels[r.name] = [
+                    build_channel(r.name, i, c, environ=env, **kw) for i, c in enumerate(r.channels)
+                ]
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -98,13 +107,19 @@ class Alerter:
     async def load_state(self) -> None:
         if not self._persist or self._store.kind == "redis":
             return
-        store = RedisStore(self.config.redis_url or "", prefix=self.config.state_prefix,
-                           retention=self.config.state_retention)
+        store = RedisStore(
+            self.config.redis_url or "",
+            prefix=self.config.state_prefix,
+            retention=self.config.state_retention,
+        )
         try:
             entries, acks = await store.load()
         except _STORE_ERRORS as e:
-            log.warning("alerting state: Redis at %s unreachable (%s); keeping state in memory",
-                        self.config.redis_url, e)
+            log.warning(
+                "alerting state: Redis at %s unreachable (%s); keeping state in memory",
+                self.config.redis_url,
+                e,
+            )
             await _close_quietly(store)
             return
         self._store = store
@@ -215,11 +230,18 @@ class Alerter:
         self._wake.set()
         return ok
 
-    def silence(self, matchers: list[str], *, duration_s: float, comment: str = "", created_by: str = "") -> str:
+    def silence(
+        self, matchers: list[str], *, duration_s: float, comment: str = "", created_by: str = ""
+    ) -> str:
         """Silence alerts matching ``matchers`` from now for ``duration_s``; returns the id."""
         now = self._clock.now()
-        return self.engine.silences.add(matchers, starts_at=now, ends_at=now + duration_s,
-                                        comment=comment, created_by=created_by)
+        return self.engine.silences.add(
+            matchers,
+            starts_at=now,
+            ends_at=now + duration_s,
+            comment=comment,
+            created_by=created_by,
+        )
 
     def expire_silence(self, silence_id: str) -> None:
         self.engine.silences.expire(silence_id, self._clock.now())
@@ -227,7 +249,9 @@ class Alerter:
     # -- status and tests -------------------------------------------------------------------
     def failing_channels(self) -> frozenset[str]:
         """Channels whose last delivery failed (feed to ``MetricsSnapshot.failing_channels``)."""
-        return frozenset(ch.name for ch in self._all_channels() if ch.stats.consecutive_failures > 0)
+        return frozenset(
+            ch.name for ch in self._all_channels() if ch.stats.consecutive_failures > 0
+        )
 
     def status(self) -> dict[str, Any]:
         now = self._clock.now()
@@ -240,8 +264,13 @@ class Alerter:
             "rejected": self.rejected,
             "silences": [s.id for s in self.engine.silences.active(now)],
             "channels": {
-                ch.name: {"delivered": ch.stats.delivered, "failed": ch.stats.failed, "dropped": ch.stats.dropped,
-                          "retries": ch.stats.retries, "pending": ch.pending}
+                ch.name: {
+                    "delivered": ch.stats.delivered,
+                    "failed": ch.stats.failed,
+                    "dropped": ch.stats.dropped,
+                    "retries": ch.stats.retries,
+                    "pending": ch.pending,
+                }
                 for ch in self._all_channels()
             },
         }
@@ -251,17 +280,35 @@ class Alerter:
         done = await asyncio.gather(*(ch.drain(timeout) for ch in self._all_channels()))
         return all(done)
 
-    async def send_test(self, severity: Severity | str, *, timeout: float = 30.0) -> list[DeliveryResult]:
+    async def send_test(
+        self, severity: Severity | str, *, timeout: float = 30.0
+    ) -> list[DeliveryResult]:
         """Send a test notification through the configured route now; return each channel's answer."""
         sev = parse_severity(severity)
         now = self._clock.now()
-        alert = self._apply_policy(Alert.create(
-            "TimeshareTestAlert", sev, self.config.environment, starts_at=now,
-            annotations={"summary": f"test notification ({sev.value}, {self.config.environment})"}))
+        alert = self._apply_policy(
+            Alert.create(
+                "TimeshareTestAlert",
+                sev,
+                self.config.environment,
+                starts_at=now,
+                annotations={
+                    "summary": f"test notification ({sev.value}, {self.config.environment})"
+                },
+            )
+        )
         self._test_results.clear()
         for route in self.engine.route.match(alert.labels):
-            self._dispatch(Notification(route.opts.receiver, f"{route.key}:test", route.opts.group_labels(alert.labels),
-                                        (alert,), now, test=True))
+            self._dispatch(
+                Notification(
+                    route.opts.receiver,
+                    f"{route.key}:test",
+                    route.opts.group_labels(alert.labels),
+                    (alert,),
+                    now,
+                    test=True,
+                )
+            )
         await self.drain(timeout)
         return list(self._test_results)
 
@@ -269,8 +316,12 @@ class Alerter:
         if result.test:
             self._test_results.append(result)
         if self._telemetry is not None:
-            self._telemetry.record_alert_sent(receiver=result.receiver, channel=result.kind,
-                                              severity=note.severity.value, outcome="ok" if result.ok else "failed")
+            self._telemetry.record_alert_sent(
+                receiver=result.receiver,
+                channel=result.kind,
+                severity=note.severity.value,
+                outcome="ok" if result.ok else "failed",
+            )
 
     def _all_channels(self) -> list[Channel]:
         return [ch for chs in self.channels.values() for ch in chs]
@@ -279,5 +330,5 @@ class Alerter:
 async def _close_quietly(store: Any) -> None:
     try:
         await store.close()
-    except Exception:  # closing a broken connection may fail; nothing to do about it
-        pass
+    except Exception as e:  # noqa: BLE001 - closing a broken connection may fail; nothing to do
+        log.debug("closing the alerting state store failed: %s", e)

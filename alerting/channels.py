@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
@@ -27,20 +27,22 @@ from alerting.delivery import Channel, HttpRequest
 from alerting.notification import Notification
 
 __all__ = [
-    "WebhookChannel",
-    "SlackChannel",
-    "FeishuChannel",
-    "DingTalkChannel",
-    "WeComChannel",
-    "PagerDutyChannel",
-    "LogChannel",
     "CHANNEL_TYPES",
+    "DingTalkChannel",
+    "FeishuChannel",
+    "LogChannel",
+    "PagerDutyChannel",
+    "SlackChannel",
+    "WeComChannel",
+    "WebhookChannel",
     "build_channel",
     "resolve_secret",
 ]
 
 
-def resolve_secret(value: SecretStr | str | None, env_name: str | None, environ: Mapping[str, str], what: str) -> str | None:
+def resolve_secret(
+    value: SecretStr | str | None, env_name: str | None, environ: Mapping[str, str], what: str
+) -> str | None:
     """Inline value, else ``environ[env_name]``; a named but unset variable is an error."""
     if value is not None:
         return value.get_secret_value() if isinstance(value, SecretStr) else value
@@ -56,12 +58,16 @@ class WebhookChannel(Channel):
 
     kind = "webhook"
 
-    def __init__(self, name: str, receiver: str, cfg: WebhookChannelConfig, *, url: str, **kw: Any) -> None:
+    def __init__(
+        self, name: str, receiver: str, cfg: WebhookChannelConfig, *, url: str, **kw: Any
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self.url, self.cfg = url, cfg
 
     def build_request(self, note: Notification) -> HttpRequest:
-        body = formats.webhook_payload(note, max_alerts=self.cfg.max_alerts, external_url=self.cfg.external_url)
+        body = formats.webhook_payload(
+            note, max_alerts=self.cfg.max_alerts, external_url=self.cfg.external_url
+        )
         return HttpRequest(self.url, body)
 
 
@@ -70,27 +76,43 @@ class SlackChannel(Channel):
 
     kind = "slack"
 
-    def __init__(self, name: str, receiver: str, cfg: SlackChannelConfig, *, url: str, **kw: Any) -> None:
+    def __init__(
+        self, name: str, receiver: str, cfg: SlackChannelConfig, *, url: str, **kw: Any
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self.url, self.cfg = url, cfg
 
     def build_request(self, note: Notification) -> HttpRequest:
-        return HttpRequest(self.url, formats.slack_payload(note, channel=self.cfg.channel, username=self.cfg.username))
+        return HttpRequest(
+            self.url,
+            formats.slack_payload(note, channel=self.cfg.channel, username=self.cfg.username),
+        )
 
 
 class FeishuChannel(Channel):
     """Feishu/Lark custom bot; signs with ``timestamp`` (seconds) and ``sign`` when a secret is set."""
 
     kind = "feishu"
-    _RATE_LIMITED = {9499, 11232}
+    _RATE_LIMITED: ClassVar[frozenset[int]] = frozenset({9499, 11232})
 
-    def __init__(self, name: str, receiver: str, cfg: FeishuChannelConfig, *, url: str, secret: str | None, **kw: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        receiver: str,
+        cfg: FeishuChannelConfig,
+        *,
+        url: str,
+        secret: str | None,
+        **kw: Any,
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self.url, self._secret = url, secret
 
     def build_request(self, note: Notification) -> HttpRequest:
         ts = int(self._clock.now())
-        return HttpRequest(self.url, formats.feishu_payload(note, secret=self._secret, timestamp=ts))
+        return HttpRequest(
+            self.url, formats.feishu_payload(note, secret=self._secret, timestamp=ts)
+        )
 
     def check_body(self, body: Any) -> tuple[bool, bool]:
         code = body.get("code", body.get("StatusCode", 0)) if isinstance(body, dict) else 0
@@ -101,9 +123,18 @@ class DingTalkChannel(Channel):
     """DingTalk robot; signs with ``timestamp`` (ms) and ``sign`` query parameters."""
 
     kind = "dingtalk"
-    _RATE_LIMITED = {130101}
+    _RATE_LIMITED: ClassVar[frozenset[int]] = frozenset({130101})
 
-    def __init__(self, name: str, receiver: str, cfg: DingTalkChannelConfig, *, url: str, secret: str | None, **kw: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        receiver: str,
+        cfg: DingTalkChannelConfig,
+        *,
+        url: str,
+        secret: str | None,
+        **kw: Any,
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self.url, self._secret, self.cfg = url, secret, cfg
 
@@ -121,9 +152,18 @@ class WeComChannel(Channel):
     """WeCom group robot, markdown message."""
 
     kind = "wecom"
-    _RATE_LIMITED = {45009}
+    _RATE_LIMITED: ClassVar[frozenset[int]] = frozenset({45009})
 
-    def __init__(self, name: str, receiver: str, cfg: WeComChannelConfig, *, url: str, key: str | None, **kw: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        receiver: str,
+        cfg: WeComChannelConfig,
+        *,
+        url: str,
+        key: str | None,
+        **kw: Any,
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self.url = formats.wecom_url(url, key=key)
 
@@ -140,12 +180,16 @@ class PagerDutyChannel(Channel):
 
     kind = "pagerduty"
 
-    def __init__(self, name: str, receiver: str, cfg: PagerDutyChannelConfig, *, routing_key: str, **kw: Any) -> None:
+    def __init__(
+        self, name: str, receiver: str, cfg: PagerDutyChannelConfig, *, routing_key: str, **kw: Any
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self.url, self._key, self.cfg = cfg.url, routing_key, cfg
 
     def build_request(self, note: Notification) -> HttpRequest:
-        return HttpRequest(self.url, formats.pagerduty_payload(note, routing_key=self._key, source=self.cfg.source))
+        return HttpRequest(
+            self.url, formats.pagerduty_payload(note, routing_key=self._key, source=self.cfg.source)
+        )
 
 
 class LogChannel(Channel):
@@ -153,7 +197,9 @@ class LogChannel(Channel):
 
     kind = "log"
 
-    def __init__(self, name: str, receiver: str, cfg: LogChannelConfig, *, keep: int = 100, **kw: Any) -> None:
+    def __init__(
+        self, name: str, receiver: str, cfg: LogChannelConfig, *, keep: int = 100, **kw: Any
+    ) -> None:
         super().__init__(name, receiver, cfg.delivery, **kw)
         self._level = logging.getLevelName(cfg.level.upper())
         self.lines: list[str] = []
@@ -173,11 +219,22 @@ class LogChannel(Channel):
 
 
 CHANNEL_TYPES: dict[str, type[Channel]] = {
-    c.kind: c for c in (WebhookChannel, SlackChannel, FeishuChannel, DingTalkChannel, WeComChannel, PagerDutyChannel, LogChannel)
+    c.kind: c
+    for c in (
+        WebhookChannel,
+        SlackChannel,
+        FeishuChannel,
+        DingTalkChannel,
+        WeComChannel,
+        PagerDutyChannel,
+        LogChannel,
+    )
 }
 
 
-def build_channel(receiver: str, index: int, cfg: ChannelConfig, *, environ: Mapping[str, str], **kw: Any) -> Channel:
+def build_channel(
+    receiver: str, index: int, cfg: ChannelConfig, *, environ: Mapping[str, str], **kw: Any
+) -> Channel:
     """A channel named ``<receiver>/<type>/<index>`` from its config; secrets resolved now.
 
     ``kw`` is passed to :class:`alerting.delivery.Channel` (client, clock, sleep, monotonic,
@@ -185,7 +242,9 @@ def build_channel(receiver: str, index: int, cfg: ChannelConfig, *, environ: Map
     """
     kind = cfg.type
     if kind not in CHANNEL_TYPES:
-        raise ValueError(f"unknown channel type {kind!r}; valid: {', '.join(sorted(CHANNEL_TYPES))}")
+        raise ValueError(
+            f"unknown channel type {kind!r}; valid: {', '.join(sorted(CHANNEL_TYPES))}"
+        )
     name = f"{receiver}/{kind}/{index}"
     where = f"receiver {receiver!r} channel {index} ({kind})"
     if isinstance(cfg, LogChannelConfig):
@@ -202,4 +261,3 @@ def build_channel(receiver: str, index: int, cfg: ChannelConfig, *, environ: Map
         key = resolve_secret(cfg.key, cfg.key_env, environ, where)
         return WeComChannel(name, receiver, cfg, url=url, key=key, **kw)
     return CHANNEL_TYPES[kind](name, receiver, cfg, url=url, **kw)  # type: ignore[call-arg]
-

@@ -22,13 +22,21 @@ __all__ = ["alerts_test"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="timeshare alerts test",
-                                description="Send a test notification through the configured alert route.")
+    p = argparse.ArgumentParser(
+        prog="timeshare alerts test",
+        description="Send a test notification through the configured alert route.",
+    )
     p.add_argument("--severity", required=True, type=str.upper, choices=[s.value for s in Severity])
-    p.add_argument("--env", required=True, choices=ENVIRONMENTS, help="environment whose overlay to use")
-    p.add_argument("--config", type=Path, default=None,
-                   help="YAML with the alerting config (a top-level 'alerting:' key is unwrapped); "
-                        "default deploy/env/<env>.yaml")
+    p.add_argument(
+        "--env", required=True, choices=ENVIRONMENTS, help="environment whose overlay to use"
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML with the alerting config (a top-level 'alerting:' key is unwrapped); "
+        "default deploy/env/<env>.yaml",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the channels")
     p.add_argument("--json", action="store_true", help="print the answers as one JSON object")
     return p
@@ -48,7 +56,10 @@ def alerts_test(argv: list[str], *, out: TextIO | None = None) -> int:
         print(f"error: cannot load alerting config from {path}: {e}", file=sys.stderr)
         return 2
     if cfg.environment != args.env:
-        print(f"error: {path} configures environment {cfg.environment!r}, not {args.env!r}", file=sys.stderr)
+        print(
+            f"error: {path} configures environment {cfg.environment!r}, not {args.env!r}",
+            file=sys.stderr,
+        )
         return 2
     try:
         results = asyncio.run(_send(cfg, args.severity, args.timeout))
@@ -56,9 +67,26 @@ def alerts_test(argv: list[str], *, out: TextIO | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"severity": args.severity, "env": args.env, "channels": [
-            {"channel": r.channel, "ok": r.ok, "status": r.status_code, "attempts": r.attempts,
-             "error": r.error, "answer": r.body} for r in results]}), file=out)
+        print(
+            json.dumps(
+                {
+                    "severity": args.severity,
+                    "env": args.env,
+                    "channels": [
+                        {
+                            "channel": r.channel,
+                            "ok": r.ok,
+                            "status": r.status_code,
+                            "attempts": r.attempts,
+                            "error": r.error,
+                            "answer": r.body,
+                        }
+                        for r in results
+                    ],
+                }
+            ),
+            file=out,
+        )
     else:
         if not results:
             print(f"no channel is routed {args.severity} in {args.env}", file=out)
@@ -66,7 +94,10 @@ def alerts_test(argv: list[str], *, out: TextIO | None = None) -> int:
             verdict = "ok" if r.ok else "FAILED"
             status = r.status_code if r.status_code is not None else "-"
             detail = r.error or r.body[:200]
-            print(f"{r.channel:32} {verdict:6} status={status} attempts={r.attempts} {detail}", file=out)
+            print(
+                f"{r.channel:32} {verdict:6} status={status} attempts={r.attempts} {detail}",
+                file=out,
+            )
     return 0 if results and all(r.ok for r in results) else 1
 
 

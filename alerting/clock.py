@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock", "FakeClock"]
+__all__ = ["Clock", "FakeClock", "SystemClock"]
 
 
 @runtime_checkable

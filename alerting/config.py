@@ -7,7 +7,7 @@ of an environment variable (``*_env`` fields), resolved once when channels are b
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -19,19 +19,19 @@ from alerting.rules_config import RulesConfig
 
 __all__ = [
     "AlertingConfig",
-    "RouteConfig",
-    "ReceiverConfig",
-    "InhibitRuleConfig",
-    "DeliveryConfig",
-    "EnvironmentPolicy",
     "ChannelConfig",
-    "WebhookChannelConfig",
-    "SlackChannelConfig",
-    "FeishuChannelConfig",
+    "DeliveryConfig",
     "DingTalkChannelConfig",
-    "WeComChannelConfig",
-    "PagerDutyChannelConfig",
+    "EnvironmentPolicy",
+    "FeishuChannelConfig",
+    "InhibitRuleConfig",
     "LogChannelConfig",
+    "PagerDutyChannelConfig",
+    "ReceiverConfig",
+    "RouteConfig",
+    "SlackChannelConfig",
+    "WeComChannelConfig",
+    "WebhookChannelConfig",
     "default_policy",
     "load_config",
 ]
@@ -50,13 +50,25 @@ class RouteConfig(_Strict):
     """A node of the routing tree (Alertmanager ``route``). Unset fields inherit from the parent."""
 
     receiver: str | None = Field(None, description="Receiver name; inherited when unset.")
-    matchers: list[str] = Field(default_factory=list, description='e.g. [\'severity=~"P1|P2"\'].')
-    group_by: list[str] | None = Field(None, description="Labels to group by; ['...'] = all labels.")
-    group_wait: Duration | None = Field(None, description="Wait before the first notification of a group.")
-    group_interval: Duration | None = Field(None, description="Wait between notifications of a group about new alerts.")
-    repeat_interval: Duration | None = Field(None, description="Wait before re-sending an unchanged notification.")
-    continue_: bool = Field(False, alias="continue", description="Keep matching sibling routes after this one.")
-    routes: list["RouteConfig"] = Field(default_factory=list, description="Child routes, tried in order.")
+    matchers: list[str] = Field(default_factory=list, description="e.g. ['severity=~\"P1|P2\"'].")
+    group_by: list[str] | None = Field(
+        None, description="Labels to group by; ['...'] = all labels."
+    )
+    group_wait: Duration | None = Field(
+        None, description="Wait before the first notification of a group."
+    )
+    group_interval: Duration | None = Field(
+        None, description="Wait between notifications of a group about new alerts."
+    )
+    repeat_interval: Duration | None = Field(
+        None, description="Wait before re-sending an unchanged notification."
+    )
+    continue_: bool = Field(
+        False, alias="continue", description="Keep matching sibling routes after this one."
+    )
+    routes: list[RouteConfig] = Field(
+        default_factory=list, description="Child routes, tried in order."
+    )
 
     _v_matchers = field_validator("matchers")(_check_matchers)
 
@@ -64,17 +76,25 @@ class RouteConfig(_Strict):
 class DeliveryConfig(_Strict):
     """Delivery bounds of one channel."""
 
-    queue_size: int = Field(256, ge=1, description="Pending notifications kept; the oldest is dropped when full.")
-    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per notification (5xx/429/transport errors retry).")
+    queue_size: int = Field(
+        256, ge=1, description="Pending notifications kept; the oldest is dropped when full."
+    )
+    max_attempts: int = Field(
+        5, ge=1, le=20, description="Attempts per notification (5xx/429/transport errors retry)."
+    )
     backoff_initial: Duration = Field(0.5, description="First retry delay; doubles each attempt.")
-    backoff_max: Duration = Field(30.0, description="Cap on one retry delay (also caps Retry-After).")
+    backoff_max: Duration = Field(
+        30.0, description="Cap on one retry delay (also caps Retry-After)."
+    )
     rate_per_s: float = Field(1.0, gt=0, description="Sustained sends per second.")
     burst: int = Field(10, ge=1, description="Sends allowed at once before the rate applies.")
     timeout_s: Duration = Field(10.0, description="HTTP timeout per attempt.")
 
 
 class _ChannelBase(_Strict):
-    delivery: DeliveryConfig = Field(default_factory=DeliveryConfig, description="Queue/retry/rate bounds.")
+    delivery: DeliveryConfig = Field(
+        default_factory=DeliveryConfig, description="Queue/retry/rate bounds."
+    )
 
 
 class _UrlChannel(_ChannelBase):
@@ -82,7 +102,7 @@ class _UrlChannel(_ChannelBase):
     url_env: str | None = Field(None, description="Environment variable holding the URL.")
 
     @model_validator(mode="after")
-    def _one_url(self) -> "_UrlChannel":
+    def _one_url(self) -> _UrlChannel:
         if not self.url and not self.url_env:
             raise ValueError(f"{self.type} channel needs 'url' or 'url_env'")  # type: ignore[attr-defined]
         return self
@@ -106,7 +126,9 @@ class SlackChannelConfig(_UrlChannel):
 
 class _SignedChannel(_UrlChannel):
     secret: SecretStr | None = Field(None, description="Signing secret (inline).")
-    secret_env: str | None = Field(None, description="Environment variable holding the signing secret.")
+    secret_env: str | None = Field(
+        None, description="Environment variable holding the signing secret."
+    )
 
 
 class FeishuChannelConfig(_SignedChannel):
@@ -136,11 +158,13 @@ class PagerDutyChannelConfig(_ChannelBase):
     type: Literal["pagerduty"] = "pagerduty"
     url: str = Field("https://events.pagerduty.com/v2/enqueue", description="Events v2 endpoint.")
     routing_key: SecretStr | None = Field(None, description="Integration key (inline).")
-    routing_key_env: str | None = Field(None, description="Environment variable holding the integration key.")
+    routing_key_env: str | None = Field(
+        None, description="Environment variable holding the integration key."
+    )
     source: str = Field("timeshare", description="payload.source.")
 
     @model_validator(mode="after")
-    def _key(self) -> "PagerDutyChannelConfig":
+    def _key(self) -> PagerDutyChannelConfig:
         if self.routing_key is None and not self.routing_key_env:
             raise ValueError("pagerduty channel needs 'routing_key' or 'routing_key_env'")
         return self
@@ -150,19 +174,19 @@ class LogChannelConfig(_ChannelBase):
     """Write notifications to the ``alerting`` logger."""
 
     type: Literal["log"] = "log"
-    level: Literal["debug", "info", "warning", "error", "critical"] = Field("warning", description="Log level.")
+    level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        "warning", description="Log level."
+    )
 
 
 ChannelConfig = Annotated[
-    Union[
-        WebhookChannelConfig,
-        SlackChannelConfig,
-        FeishuChannelConfig,
-        DingTalkChannelConfig,
-        WeComChannelConfig,
-        PagerDutyChannelConfig,
-        LogChannelConfig,
-    ],
+    WebhookChannelConfig
+    | SlackChannelConfig
+    | FeishuChannelConfig
+    | DingTalkChannelConfig
+    | WeComChannelConfig
+    | PagerDutyChannelConfig
+    | LogChannelConfig,
     Field(discriminator="type"),
 ]
 
@@ -172,15 +196,23 @@ class ReceiverConfig(_Strict):
 
     name: str = Field(..., min_length=1, description="Name referenced by routes.")
     send_resolved: bool = Field(True, description="Also notify when the group's alerts resolve.")
-    channels: list[ChannelConfig] = Field(default_factory=list, description="Channels of this receiver.")
+    channels: list[ChannelConfig] = Field(
+        default_factory=list, description="Channels of this receiver."
+    )
 
 
 class InhibitRuleConfig(_Strict):
     """Mute targets while a source alert fires with the same ``equal`` label values."""
 
-    source_matchers: list[str] = Field(..., min_length=1, description="Matchers selecting source alerts.")
-    target_matchers: list[str] = Field(..., min_length=1, description="Matchers selecting muted alerts.")
-    equal: list[str] = Field(default_factory=list, description="Labels that must be equal in source and target.")
+    source_matchers: list[str] = Field(
+        ..., min_length=1, description="Matchers selecting source alerts."
+    )
+    target_matchers: list[str] = Field(
+        ..., min_length=1, description="Matchers selecting muted alerts."
+    )
+    equal: list[str] = Field(
+        default_factory=list, description="Labels that must be equal in source and target."
+    )
 
     _v_s = field_validator("source_matchers")(_check_matchers)
     _v_t = field_validator("target_matchers")(_check_matchers)
@@ -189,15 +221,21 @@ class InhibitRuleConfig(_Strict):
 class EnvironmentPolicy(_Strict):
     """How loud an environment may be."""
 
-    max_severity: Severity = Field(..., description="Alerts more severe than this are downgraded to it.")
-    page_severities: list[Severity] = Field(..., description="Severities allowed to reach pager channels.")
+    max_severity: Severity = Field(
+        ..., description="Alerts more severe than this are downgraded to it."
+    )
+    page_severities: list[Severity] = Field(
+        ..., description="Severities allowed to reach pager channels."
+    )
     log_only: bool = Field(False, description="Replace every channel by the log channel.")
 
 
 def default_policy(environment: str) -> EnvironmentPolicy:
     """prod pages P1/P2; staging is capped at P3 and never pages; test only logs."""
     if environment == "prod":
-        return EnvironmentPolicy(max_severity=Severity.P1, page_severities=[Severity.P1, Severity.P2])
+        return EnvironmentPolicy(
+            max_severity=Severity.P1, page_severities=[Severity.P1, Severity.P2]
+        )
     if environment == "staging":
         return EnvironmentPolicy(max_severity=Severity.P3, page_severities=[])
     return EnvironmentPolicy(max_severity=Severity.P1, page_severities=[], log_only=True)
@@ -206,19 +244,33 @@ def default_policy(environment: str) -> EnvironmentPolicy:
 class AlertingConfig(_Strict):
     """All alerting settings of one environment (the environment overlay's ``alerting:`` block)."""
 
-    environment: Literal["test", "staging", "prod"] = Field(..., description=f"One of {', '.join(ENVIRONMENTS)}.")
+    environment: Literal["test", "staging", "prod"] = Field(
+        ..., description=f"One of {', '.join(ENVIRONMENTS)}."
+    )
     route: RouteConfig = Field(..., description="Root of the routing tree; must name a receiver.")
-    receivers: list[ReceiverConfig] = Field(..., min_length=1, description="Receivers referenced by routes.")
-    inhibit_rules: list[InhibitRuleConfig] = Field(default_factory=list, description="Inhibition rules.")
-    rules: RulesConfig = Field(default_factory=RulesConfig, description="Alert rules over telemetry.")
-    policy: EnvironmentPolicy | None = Field(None, description="Override the environment's default loudness.")
-    redis_url: str | None = Field(None, description="Persist notification state here (in-memory when unset/unreachable).")
+    receivers: list[ReceiverConfig] = Field(
+        ..., min_length=1, description="Receivers referenced by routes."
+    )
+    inhibit_rules: list[InhibitRuleConfig] = Field(
+        default_factory=list, description="Inhibition rules."
+    )
+    rules: RulesConfig = Field(
+        default_factory=RulesConfig, description="Alert rules over telemetry."
+    )
+    policy: EnvironmentPolicy | None = Field(
+        None, description="Override the environment's default loudness."
+    )
+    redis_url: str | None = Field(
+        None, description="Persist notification state here (in-memory when unset/unreachable)."
+    )
     state_prefix: str = Field("timeshare:alerting", description="Redis key prefix.")
-    state_retention: Duration = Field(5 * 86400.0, description="How long notification state is kept in Redis.")
+    state_retention: Duration = Field(
+        5 * 86400.0, description="How long notification state is kept in Redis."
+    )
     tick_interval: Duration = Field(1.0, description="Longest sleep of the alerter loop.")
 
     @model_validator(mode="after")
-    def _check(self) -> "AlertingConfig":
+    def _check(self) -> AlertingConfig:
         names = [r.name for r in self.receivers]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -253,7 +305,7 @@ def load_config(source: str | dict[str, Any]) -> AlertingConfig:
     """Build from a dict or YAML text; a top-level ``alerting:`` key is unwrapped."""
     data = yaml.safe_load(source) if isinstance(source, str) else source
     if not isinstance(data, dict):
-        raise ValueError("alerting config must be a mapping")
+        raise ValueError("alerting config must be a mapping")  # noqa: TRY004 - a config error
     if "alerting" in data and "environment" not in data:
         data = data["alerting"]
     return AlertingConfig.model_validate(data)

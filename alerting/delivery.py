@@ -28,7 +28,7 @@ from alerting.clock import Clock, SystemClock
 from alerting.config import DeliveryConfig
 from alerting.notification import Notification
 
-__all__ = ["Channel", "DeliveryResult", "ChannelStats", "HttpRequest", "TokenBucket"]
+__all__ = ["Channel", "ChannelStats", "DeliveryResult", "HttpRequest", "TokenBucket"]
 
 log = logging.getLogger("alerting")
 
@@ -74,7 +74,9 @@ class ChannelStats:
 class TokenBucket:
     """``burst`` tokens, refilled at ``rate`` per second on an injected monotonic clock."""
 
-    def __init__(self, rate: float, burst: int, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, rate: float, burst: int, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self._rate, self._burst, self._mono = rate, float(burst), monotonic
         self._tokens, self._last = float(burst), monotonic()
 
@@ -90,7 +92,9 @@ class TokenBucket:
 
 
 class _Retry(Exception):
-    def __init__(self, message: str, status: int | None = None, delay: float | None = None, body: str = ""):
+    def __init__(
+        self, message: str, status: int | None = None, delay: float | None = None, body: str = ""
+    ):
         super().__init__(message)
         self.status, self.delay, self.body = status, delay, body
 
@@ -151,7 +155,9 @@ class Channel(abc.ABC):
         self._idle.clear()
         self._wake.set()
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._worker(), name=f"alert-{self.name}")
+            self._task = asyncio.get_running_loop().create_task(
+                self._worker(), name=f"alert-{self.name}"
+            )
 
     @property
     def pending(self) -> int:
@@ -191,7 +197,9 @@ class Channel(abc.ABC):
                 result = await self._deliver(note)
             except Exception as e:  # a channel bug must not kill the worker
                 log.exception("alert channel %s failed unexpectedly", self.name)
-                result = DeliveryResult(self.name, self.kind, self.receiver, False, 0, error=repr(e))
+                result = DeliveryResult(
+                    self.name, self.kind, self.receiver, False, 0, error=repr(e)
+                )
             self._record(result, note)
 
     def _record(self, result: DeliveryResult, note: Notification) -> None:
@@ -203,7 +211,9 @@ class Channel(abc.ABC):
         else:
             s.failed += 1
             s.consecutive_failures += 1
-            log.warning("alert channel %s gave up on %s: %s", self.name, note.group_key, result.error)
+            log.warning(
+                "alert channel %s gave up on %s: %s", self.name, note.group_key, result.error
+            )
         if self._on_result is not None:
             try:
                 self._on_result(result, note)
@@ -223,14 +233,30 @@ class Channel(abc.ABC):
                 return self._result(note, False, attempt, e.status, str(e), e.body)
             except _Retry as e:
                 if attempt >= d.max_attempts:
-                    return self._result(note, False, attempt, e.status, f"{e} (gave up after {attempt} attempts)", e.body)
+                    return self._result(
+                        note,
+                        False,
+                        attempt,
+                        e.status,
+                        f"{e} (gave up after {attempt} attempts)",
+                        e.body,
+                    )
                 self.stats.retries += 1
                 backoff = min(d.backoff_max, d.backoff_initial * 2 ** (attempt - 1))
                 await self._sleep(min(d.backoff_max, e.delay) if e.delay is not None else backoff)
 
-    def _result(self, note: Notification, ok: bool, attempts: int, status: int | None,
-                error: str | None, body: str) -> DeliveryResult:
-        return DeliveryResult(self.name, self.kind, self.receiver, ok, attempts, status, error, body[:500], note.test)
+    def _result(
+        self,
+        note: Notification,
+        ok: bool,
+        attempts: int,
+        status: int | None,
+        error: str | None,
+        body: str,
+    ) -> DeliveryResult:
+        return DeliveryResult(
+            self.name, self.kind, self.receiver, ok, attempts, status, error, body[:500], note.test
+        )
 
     async def _rate_wait(self) -> None:
         while (wait := self._bucket.wait_time()) > 0:
@@ -242,7 +268,9 @@ class Channel(abc.ABC):
             raise _Fail("no HTTP client configured")
         req = self.build_request(note)
         try:
-            resp = await self._client.post(req.url, json=req.json, headers=req.headers, timeout=self.delivery.timeout_s)
+            resp = await self._client.post(
+                req.url, json=req.json, headers=req.headers, timeout=self.delivery.timeout_s
+            )
         except httpx.TransportError as e:
             raise _Retry(f"{type(e).__name__}: {e}") from None
         body = resp.text

@@ -50,9 +50,12 @@ class AlerterDeployment:
     async def acknowledge(self, fingerprint: str) -> bool:
         return (await self._ensure_started()).acknowledge(fingerprint)
 
-    async def silence(self, matchers: list[str], duration_s: float, comment: str = "", created_by: str = "") -> str:
-        return (await self._ensure_started()).silence(matchers, duration_s=duration_s, comment=comment,
-                                                      created_by=created_by)
+    async def silence(
+        self, matchers: list[str], duration_s: float, comment: str = "", created_by: str = ""
+    ) -> str:
+        return (await self._ensure_started()).silence(
+            matchers, duration_s=duration_s, comment=comment, created_by=created_by
+        )
 
     async def expire_silence(self, silence_id: str) -> None:
         (await self._ensure_started()).expire_silence(silence_id)

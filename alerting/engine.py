@@ -27,7 +27,7 @@ from alerting.events import Alert
 from alerting.notification import Notification
 from alerting.silences import Silences
 
-__all__ = ["NotificationEngine", "EngineFull"]
+__all__ = ["EngineFull", "NotificationEngine"]
 
 
 class EngineFull(RuntimeError):
@@ -81,8 +81,12 @@ class NotificationEngine:
 
     @classmethod
     def from_config(
-        cls, config: AlertingConfig, *, nflog: NotificationLog | None = None, max_alerts: int = 10_000
-    ) -> "NotificationEngine":
+        cls,
+        config: AlertingConfig,
+        *,
+        nflog: NotificationLog | None = None,
+        max_alerts: int = 10_000,
+    ) -> NotificationEngine:
         """Engine for ``config``'s route tree, receivers and inhibition rules."""
         return cls(
             build_route_tree(config.route),

@@ -16,15 +16,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
-    "Severity",
-    "AlertStatus",
-    "Alert",
-    "fingerprint",
-    "parse_severity",
     "ENVIRONMENTS",
-    "SEVERITY_LABEL",
     "ENV_LABEL",
+    "SEVERITY_LABEL",
+    "Alert",
+    "AlertStatus",
+    "Severity",
+    "fingerprint",
     "format_time",
+    "parse_severity",
 ]
 
 SEVERITY_LABEL = "severity"
@@ -55,12 +55,12 @@ class Severity(str, enum.Enum):
         """PagerDuty Events v2 severity: critical, error, warning, info."""
         return ("critical", "error", "warning", "info")[self.rank - 1]
 
-    def cap(self, ceiling: "Severity") -> "Severity":
+    def cap(self, ceiling: Severity) -> Severity:
         """This severity, made no more severe than ``ceiling`` (P1 capped at P3 -> P3)."""
         return self if self.rank >= ceiling.rank else ceiling
 
 
-def parse_severity(value: "Severity | str") -> Severity:
+def parse_severity(value: Severity | str) -> Severity:
     """``"p1"``/``"P1"``/``Severity.P1`` -> ``Severity.P1``; anything else raises ValueError."""
     if isinstance(value, Severity):
         return value
@@ -145,16 +145,18 @@ class Alert:
         starts_at: float,
         ends_at: float | None = None,
         generator_url: str = "",
-    ) -> "Alert":
+    ) -> Alert:
         """An alert named ``name`` with ``severity`` and ``env`` labels set."""
         if environment not in ENVIRONMENTS:
-            raise ValueError(f"environment must be one of {', '.join(ENVIRONMENTS)}, got {environment!r}")
+            raise ValueError(
+                f"environment must be one of {', '.join(ENVIRONMENTS)}, got {environment!r}"
+            )
         full = dict(labels or {})
         full.update(alertname=name, severity=parse_severity(severity).value, env=environment)
         return cls(full, annotations or {}, starts_at, ends_at, generator_url)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Alert":
+    def from_dict(cls, data: Mapping[str, Any]) -> Alert:
         """Inverse of :meth:`to_dict` (used across Ray handles and by Redis state)."""
         unknown = set(data) - {"labels", "annotations", "starts_at", "ends_at", "generator_url"}
         if unknown:
@@ -204,17 +206,17 @@ class Alert:
     def status(self, now: float) -> AlertStatus:
         return AlertStatus.RESOLVED if self.resolved_at(now) else AlertStatus.FIRING
 
-    def resolve(self, at: float) -> "Alert":
+    def resolve(self, at: float) -> Alert:
         """A copy that ends at ``at``."""
         return replace(self, ends_at=at)
 
-    def with_labels(self, **labels: str) -> "Alert":
+    def with_labels(self, **labels: str) -> Alert:
         """A copy with labels added or replaced (the fingerprint changes accordingly)."""
         merged = dict(self.labels)
         merged.update(labels)
         return replace(self, labels=merged)
 
-    def with_annotations(self, **annotations: str) -> "Alert":
+    def with_annotations(self, **annotations: str) -> Alert:
         merged = dict(self.annotations)
         merged.update(annotations)
         return replace(self, annotations=merged)

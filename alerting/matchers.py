@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Matcher", "parse_matcher", "parse_matchers", "matches_all"]
+__all__ = ["Matcher", "matches_all", "parse_matcher", "parse_matchers"]
 
-_RE = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$')
+_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 _OPS = ("=", "!=", "=~", "!~")
 
 
@@ -50,8 +50,8 @@ def parse_matcher(text: str) -> Matcher:
     m = _RE.match(text)
     if not m:
         raise ValueError(
-            f"bad matcher {text!r}: expected name=\"value\", name!=\"value\", "
-            f"name=~\"regex\" or name!~\"regex\""
+            f'bad matcher {text!r}: expected name="value", name!="value", '
+            f'name=~"regex" or name!~"regex"'
         )
     name, op, value = m.groups()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":

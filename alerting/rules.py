@@ -17,7 +17,7 @@ from alerting._private.rule_kinds import RULES, Condition, Rule
 from alerting.events import Alert
 from alerting.rules_config import RulesConfig
 
-__all__ = ["ModelCounters", "MetricsSnapshot", "RuleEvaluator", "Condition"]
+__all__ = ["Condition", "MetricsSnapshot", "ModelCounters", "RuleEvaluator"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,9 @@ class RuleEvaluator:
     def evaluate(self, snap: MetricsSnapshot) -> list[Alert]:
         """Add ``snap`` to the history and return alerts to submit (firing and newly resolved)."""
         if self._history and snap.at < self._history[-1].at:
-            raise ValueError(f"snapshot at {snap.at} is older than the previous one ({self._history[-1].at})")
+            raise ValueError(
+                f"snapshot at {snap.at} is older than the previous one ({self._history[-1].at})"
+            )
         self._history.append(snap)
         while len(self._history) > 2 and self._history[1].at <= snap.at - self._horizon:
             self._history.popleft()
@@ -81,14 +83,23 @@ class RuleEvaluator:
         out: list[Alert] = []
         for rule in self._rules:
             for cond in rule.conditions(self._history):
-                key = (cond.name, tuple(sorted({**cond.labels, "severity": cond.severity.value}.items())))
+                key = (
+                    cond.name,
+                    tuple(sorted({**cond.labels, "severity": cond.severity.value}.items())),
+                )
                 seen.add(key)
                 st = self._states.setdefault(key, _State(since=now))
                 if not st.firing and now - st.since >= rule.for_s:
                     st.firing = True
                 if st.firing:
-                    st.last = Alert.create(cond.name, cond.severity, self._env, labels=cond.labels,
-                                           annotations=cond.annotations, starts_at=st.since)
+                    st.last = Alert.create(
+                        cond.name,
+                        cond.severity,
+                        self._env,
+                        labels=cond.labels,
+                        annotations=cond.annotations,
+                        starts_at=st.since,
+                    )
                     out.append(st.last)
         for key in [k for k in self._states if k not in seen]:
             st = self._states.pop(key)

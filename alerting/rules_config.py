@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from alerting._private.duration import Duration
 from alerting.events import Severity
 
-__all__ = ["RuleSettings", "BurnWindow", "LatencySloSettings", "RulesConfig"]
+__all__ = ["BurnWindow", "LatencySloSettings", "RuleSettings", "RulesConfig"]
 
 
 class _Strict(BaseModel):
@@ -21,8 +21,12 @@ class RuleSettings(_Strict):
 
     enabled: bool = Field(True, description="Evaluate this rule.")
     severity: Severity = Field(..., description="Severity of the alert it raises.")
-    for_: Duration = Field(0.0, alias="for", description="Condition must hold this long before firing.")
-    threshold: float = Field(0.0, ge=0, description="Rule-specific threshold (share, count or rate).")
+    for_: Duration = Field(
+        0.0, alias="for", description="Condition must hold this long before firing."
+    )
+    threshold: float = Field(
+        0.0, ge=0, description="Rule-specific threshold (share, count or rate)."
+    )
     window: Duration = Field(300.0, gt=0, description="Look-back window for rates and increases.")
 
 
@@ -30,14 +34,18 @@ class BurnWindow(_Strict):
     """Multi-window burn-rate pair (Google SRE workbook): both windows must burn faster than ``burn_rate``."""
 
     long: Duration = Field(..., gt=0, description="Long window, e.g. 1h.")
-    short: Duration = Field(..., gt=0, description="Short window, e.g. 5m (stops alerting soon after recovery).")
+    short: Duration = Field(
+        ..., gt=0, description="Short window, e.g. 5m (stops alerting soon after recovery)."
+    )
     burn_rate: float = Field(..., gt=0, description="Budget burn multiple, e.g. 14.4.")
     severity: Severity = Field(..., description="Severity when this pair burns.")
 
     @model_validator(mode="after")
-    def _order(self) -> "BurnWindow":
+    def _order(self) -> BurnWindow:
         if self.short >= self.long:
-            raise ValueError(f"short window ({self.short}s) must be shorter than long ({self.long}s)")
+            raise ValueError(
+                f"short window ({self.short}s) must be shorter than long ({self.long}s)"
+            )
         return self
 
 
@@ -46,7 +54,9 @@ class LatencySloSettings(_Strict):
 
     enabled: bool = Field(True, description="Evaluate this rule.")
     objective: float = Field(0.99, gt=0, lt=1, description="Share of requests that must be fast.")
-    for_: Duration = Field(0.0, alias="for", description="Condition must hold this long before firing.")
+    for_: Duration = Field(
+        0.0, alias="for", description="Condition must hold this long before firing."
+    )
     windows: list[BurnWindow] = Field(
         default_factory=lambda: [
             BurnWindow(long=3600, short=300, burn_rate=14.4, severity=Severity.P1),
@@ -58,14 +68,18 @@ class LatencySloSettings(_Strict):
 
 def _rule(sev: Severity, for_s: float, threshold: float = 0.0, window: float = 300.0):
     return Field(
-        default_factory=lambda: RuleSettings(severity=sev, for_=for_s, threshold=threshold, window=window)
+        default_factory=lambda: RuleSettings(
+            severity=sev, for_=for_s, threshold=threshold, window=window
+        )
     )
 
 
 class RulesConfig(_Strict):
     """Thresholds of every built-in rule. Defaults suit prod; overlays override per environment."""
 
-    min_requests: int = Field(20, ge=0, description="Ratio rules stay quiet below this many requests in the window.")
+    min_requests: int = Field(
+        20, ge=0, description="Ratio rules stay quiet below this many requests in the window."
+    )
     error_rate: RuleSettings = _rule(Severity.P2, 120, 0.05)
     latency_slo: LatencySloSettings = Field(default_factory=LatencySloSettings)
     degraded_share: RuleSettings = _rule(Severity.P3, 300, 0.2)

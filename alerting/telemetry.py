@@ -33,10 +33,25 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Span
 
-__all__ = ["Telemetry", "BREAKER_STATES", "SECONDS_BUCKETS"]
+__all__ = ["BREAKER_STATES", "SECONDS_BUCKETS", "Telemetry"]
 
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
-SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+SECONDS_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 
 class Telemetry:
@@ -68,18 +83,36 @@ class Telemetry:
         self.tracer = self.tracer_provider.get_tracer("timeshare")
         m = self.meter_provider.get_meter("timeshare")
         hist = {"explicit_bucket_boundaries_advisory": list(SECONDS_BUCKETS)}
-        self._request = m.create_histogram("timeshare.request.duration", unit="s",
-                                           description="End-to-end request duration", **hist)
-        self._queue = m.create_histogram("timeshare.queue.delay", unit="s",
-                                         description="Wait in the device scheduler queue", **hist)
-        self._swaps = m.create_counter("timeshare.swaps", description="Model swaps between host and device")
-        self._preempt = m.create_counter("timeshare.preemptions", description="Batches preempted at a chunk boundary")
-        self._breaker = m.create_gauge("timeshare.breaker.state", description="0 closed, 1 half-open, 2 open")
-        self._sent = m.create_counter("timeshare.alerts.sent", description="Alert notifications by outcome")
-        self._dropped = m.create_counter("timeshare.alerts.dropped", description="Alert notifications dropped (queue full)")
+        self._request = m.create_histogram(
+            "timeshare.request.duration",
+            unit="s",
+            description="End-to-end request duration",
+            **hist,
+        )
+        self._queue = m.create_histogram(
+            "timeshare.queue.delay",
+            unit="s",
+            description="Wait in the device scheduler queue",
+            **hist,
+        )
+        self._swaps = m.create_counter(
+            "timeshare.swaps", description="Model swaps between host and device"
+        )
+        self._preempt = m.create_counter(
+            "timeshare.preemptions", description="Batches preempted at a chunk boundary"
+        )
+        self._breaker = m.create_gauge(
+            "timeshare.breaker.state", description="0 closed, 1 half-open, 2 open"
+        )
+        self._sent = m.create_counter(
+            "timeshare.alerts.sent", description="Alert notifications by outcome"
+        )
+        self._dropped = m.create_counter(
+            "timeshare.alerts.dropped", description="Alert notifications dropped (queue full)"
+        )
 
     @classmethod
-    def in_memory(cls) -> "Telemetry":
+    def in_memory(cls) -> Telemetry:
         """For tests: metrics in ``.metric_reader``, finished spans in ``.span_exporter``."""
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -88,11 +121,27 @@ class Telemetry:
         t.metric_reader, t.span_exporter = reader, spans  # type: ignore[attr-defined]
         return t
 
-    def record_request(self, *, model: str, route: str, served_by: str, cache: str, degraded: bool,
-                       duration_s: float) -> None:
+    def record_request(
+        self,
+        *,
+        model: str,
+        route: str,
+        served_by: str,
+        cache: str,
+        degraded: bool,
+        duration_s: float,
+    ) -> None:
         """One answered request. ``cache``: hit_local, hit_redis, hit_semantic or miss."""
-        self._request.record(duration_s, {"model": model, "route": route, "served_by": served_by,
-                                          "cache": cache, "degraded": str(bool(degraded)).lower()})
+        self._request.record(
+            duration_s,
+            {
+                "model": model,
+                "route": route,
+                "served_by": served_by,
+                "cache": cache,
+                "degraded": str(bool(degraded)).lower(),
+            },
+        )
 
     def record_queue_delay(self, *, model: str, priority: str, device: str, delay_s: float) -> None:
         self._queue.record(delay_s, {"model": model, "priority": priority, "device": device})
@@ -112,9 +161,13 @@ class Telemetry:
             raise ValueError(f"state must be one of {', '.join(BREAKER_STATES)}, got {state!r}")
         self._breaker.set(BREAKER_STATES[state], {"model": model, "pool": pool})
 
-    def record_alert_sent(self, *, receiver: str, channel: str, severity: str, outcome: str) -> None:
+    def record_alert_sent(
+        self, *, receiver: str, channel: str, severity: str, outcome: str
+    ) -> None:
         """``outcome``: ok or failed."""
-        self._sent.add(1, {"receiver": receiver, "channel": channel, "severity": severity, "outcome": outcome})
+        self._sent.add(
+            1, {"receiver": receiver, "channel": channel, "severity": severity, "outcome": outcome}
+        )
 
     def record_alert_dropped(self, *, channel: str, count: int = 1) -> None:
         self._dropped.add(count, {"channel": channel})

@@ -15,7 +15,9 @@ FIRING_COLOR = "#d63232"
 RESOLVED_COLOR = "#2eb886"
 
 
-def webhook_payload(note: Notification, *, max_alerts: int = 0, external_url: str = "") -> dict[str, Any]:
+def webhook_payload(
+    note: Notification, *, max_alerts: int = 0, external_url: str = ""
+) -> dict[str, Any]:
     """Alertmanager webhook JSON, ``version: "4"``."""
     alerts = list(note.alerts)
     truncated = 0
@@ -55,7 +57,9 @@ def markdown_body(note: Notification) -> str:
     return "\n".join([f"### {note.title()}", "", *(f"- {line}" for line in note.lines())])
 
 
-def slack_payload(note: Notification, *, channel: str | None, username: str | None) -> dict[str, Any]:
+def slack_payload(
+    note: Notification, *, channel: str | None, username: str | None
+) -> dict[str, Any]:
     """Slack incoming-webhook message with one coloured attachment."""
     body: dict[str, Any] = {
         "text": note.title(),
@@ -92,7 +96,9 @@ def feishu_payload(note: Notification, *, secret: str | None, timestamp: int) ->
 
 def dingtalk_sign(timestamp_ms: int, secret: str) -> str:
     """DingTalk: urlencode(base64(HMAC-SHA256(key=secret, msg="timestamp\\nsecret")))."""
-    digest = hmac.new(secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256).digest()
+    digest = hmac.new(
+        secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256
+    ).digest()
     return urllib.parse.quote_plus(base64.b64encode(digest).decode())
 
 
@@ -123,7 +129,10 @@ def wecom_url(url: str, *, key: str | None) -> str:
 
 def wecom_payload(note: Notification) -> dict[str, Any]:
     colour = "warning" if note.firing else "info"
-    lines = [f'### <font color="{colour}">{note.title()}</font>', *(f"> {line}" for line in note.lines())]
+    lines = [
+        f'### <font color="{colour}">{note.title()}</font>',
+        *(f"> {line}" for line in note.lines()),
+    ]
     return {"msgtype": "markdown", "markdown": {"content": "\n".join(lines)}}
 
 

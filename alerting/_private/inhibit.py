@@ -17,8 +17,12 @@ class InhibitRule:
     equal: tuple[str, ...]
 
     @classmethod
-    def from_config(cls, cfg: InhibitRuleConfig) -> "InhibitRule":
-        return cls(parse_matchers(cfg.source_matchers), parse_matchers(cfg.target_matchers), tuple(cfg.equal))
+    def from_config(cls, cfg: InhibitRuleConfig) -> InhibitRule:
+        return cls(
+            parse_matchers(cfg.source_matchers),
+            parse_matchers(cfg.target_matchers),
+            tuple(cfg.equal),
+        )
 
 
 def inhibited(alert: Alert, firing: Iterable[Alert], rules: Iterable[InhibitRule]) -> bool:

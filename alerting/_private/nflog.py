@@ -21,7 +21,7 @@ class NflogEntry:
         return {"at": self.at, "firing": sorted(self.firing), "resolved": sorted(self.resolved)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "NflogEntry":
+    def from_dict(cls, d: dict) -> NflogEntry:
         return cls(float(d["at"]), frozenset(d.get("firing", ())), frozenset(d.get("resolved", ())))
 
 

@@ -39,9 +39,9 @@ class Route:
     matchers: tuple[Matcher, ...]
     opts: RouteOpts
     continue_: bool
-    children: tuple["Route", ...]
+    children: tuple[Route, ...]
 
-    def match(self, labels: Mapping[str, str]) -> list["Route"]:
+    def match(self, labels: Mapping[str, str]) -> list[Route]:
         """Routes that take an alert with ``labels``: deepest matches, siblings per ``continue``."""
         if not matches_all(self.matchers, labels):
             return []
@@ -60,15 +60,25 @@ def build_route_tree(cfg: RouteConfig) -> Route:
 
 
 def _build(cfg: RouteConfig, parent: RouteOpts | None, key: str) -> Route:
-    group_by = cfg.group_by if cfg.group_by is not None else (list(parent.group_by) if parent else [])
-    by_all = "..." in group_by if cfg.group_by is not None else (parent.group_by_all if parent else False)
+    group_by = (
+        cfg.group_by if cfg.group_by is not None else (list(parent.group_by) if parent else [])
+    )
+    by_all = (
+        "..." in group_by
+        if cfg.group_by is not None
+        else (parent.group_by_all if parent else False)
+    )
     opts = RouteOpts(
         receiver=cfg.receiver or (parent.receiver if parent else ""),
         group_by=tuple(sorted(g for g in group_by if g != "...")),
         group_by_all=by_all,
         group_wait=_pick(cfg.group_wait, parent and parent.group_wait, DEFAULT_GROUP_WAIT),
-        group_interval=_pick(cfg.group_interval, parent and parent.group_interval, DEFAULT_GROUP_INTERVAL),
-        repeat_interval=_pick(cfg.repeat_interval, parent and parent.repeat_interval, DEFAULT_REPEAT_INTERVAL),
+        group_interval=_pick(
+            cfg.group_interval, parent and parent.group_interval, DEFAULT_GROUP_INTERVAL
+        ),
+        repeat_interval=_pick(
+            cfg.repeat_interval, parent and parent.repeat_interval, DEFAULT_REPEAT_INTERVAL
+        ),
     )
     matchers = parse_matchers(cfg.matchers)
     children = tuple(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from alerting.events import Severity
-from alerting.rules_config import RuleSettings, RulesConfig
+from alerting.rules_config import RulesConfig, RuleSettings
 
 if TYPE_CHECKING:
     from alerting.rules import MetricsSnapshot
@@ -23,7 +23,7 @@ class Condition:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-def _base(history: Sequence["MetricsSnapshot"], window: float) -> "MetricsSnapshot":
+def _base(history: Sequence[MetricsSnapshot], window: float) -> MetricsSnapshot:
     """Newest snapshot at least ``window`` old, else the oldest one we have."""
     now = history[-1].at
     base = history[0]
@@ -40,7 +40,13 @@ def _delta(new: float, old: float) -> float:
 
 
 def _fmt_window(seconds: float) -> str:
-    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
+    return (
+        f"{seconds / 3600:g}h"
+        if seconds >= 3600
+        else f"{seconds / 60:g}m"
+        if seconds >= 60
+        else f"{seconds:g}s"
+    )
 
 
 class Rule:
@@ -51,7 +57,7 @@ class Rule:
     def __init__(self, enabled: bool, for_s: float, horizon: float) -> None:
         self.enabled, self.for_s, self.horizon = enabled, for_s, horizon
 
-    def conditions(self, history: Sequence["MetricsSnapshot"]) -> list[Condition]:
+    def conditions(self, history: Sequence[MetricsSnapshot]) -> list[Condition]:
         raise NotImplementedError
 
 
@@ -73,10 +79,17 @@ class RatioRule(Rule):
                 continue
             share = part / reqs
             if share > self.s.threshold:
-                out.append(Condition(self.name, self.s.severity, {"model": model}, {
-                    "summary": f"{self.what} share {share:.1%} over {_fmt_window(self.s.window)} for model "
-                               f"{model} (threshold {self.s.threshold:.1%})",
-                }))
+                out.append(
+                    Condition(
+                        self.name,
+                        self.s.severity,
+                        {"model": model},
+                        {
+                            "summary": f"{self.what} share {share:.1%} over {_fmt_window(self.s.window)} for model "
+                            f"{model} (threshold {self.s.threshold:.1%})",
+                        },
+                    )
+                )
         return out
 
 
@@ -104,11 +117,22 @@ class LatencyBurnRule(Rule):
             for w in self.windows:  # most severe pair first; report only that one
                 long_burn, reqs = self._burn(history, model, w.long)
                 short_burn, _ = self._burn(history, model, w.short)
-                if reqs >= max(1, self.min_requests) and long_burn >= w.burn_rate and short_burn >= w.burn_rate:
-                    out.append(Condition(self.name, w.severity, {"model": model}, {
-                        "summary": f"model {model} burns its latency budget {long_burn:.1f}x over "
-                                   f"{_fmt_window(w.long)} and {short_burn:.1f}x over {_fmt_window(w.short)}",
-                    }))
+                if (
+                    reqs >= max(1, self.min_requests)
+                    and long_burn >= w.burn_rate
+                    and short_burn >= w.burn_rate
+                ):
+                    out.append(
+                        Condition(
+                            self.name,
+                            w.severity,
+                            {"model": model},
+                            {
+                                "summary": f"model {model} burns its latency budget {long_burn:.1f}x over "
+                                f"{_fmt_window(w.long)} and {short_burn:.1f}x over {_fmt_window(w.short)}",
+                            },
+                        )
+                    )
                     break
         return out
 
@@ -121,14 +145,18 @@ class SetRule(Rule):
         self.name, self.attr, self.label, self.s, self.text = name, attr, label, s, text
 
     def conditions(self, history):
-        return [Condition(self.name, self.s.severity, {self.label: m}, {"summary": self.text.format(m)})
-                for m in sorted(getattr(history[-1], self.attr))]
+        return [
+            Condition(self.name, self.s.severity, {self.label: m}, {"summary": self.text.format(m)})
+            for m in sorted(getattr(history[-1], self.attr))
+        ]
 
 
 class IncreaseRule(Rule):
     """A global counter's increase (``per_second``: its rate) over a window above a threshold."""
 
-    def __init__(self, name: str, attr: str, s: RuleSettings, *, per_second: bool, text: str) -> None:
+    def __init__(
+        self, name: str, attr: str, s: RuleSettings, *, per_second: bool, text: str
+    ) -> None:
         super().__init__(s.enabled, s.for_, s.window)
         self.name, self.attr, self.s, self.per_second, self.text = name, attr, s, per_second, text
 
@@ -139,7 +167,14 @@ class IncreaseRule(Rule):
         value = (inc / span if span > 0 else 0.0) if self.per_second else inc
         if value < self.s.threshold or (self.per_second and span <= 0) or inc == 0:
             return []
-        return [Condition(self.name, self.s.severity, {}, {"summary": self.text.format(value, _fmt_window(self.s.window))})]
+        return [
+            Condition(
+                self.name,
+                self.s.severity,
+                {},
+                {"summary": self.text.format(value, _fmt_window(self.s.window))},
+            )
+        ]
 
 
 class MemoryPressureRule(Rule):
@@ -150,27 +185,70 @@ class MemoryPressureRule(Rule):
         self.s = s
 
     def conditions(self, history):
-        return [Condition(self.name, self.s.severity, {"device": d}, {
-            "summary": f"device {d} memory {used:.0%} used (threshold {self.s.threshold:.0%})"})
-            for d, used in sorted(history[-1].device_memory_used.items()) if used >= self.s.threshold]
+        return [
+            Condition(
+                self.name,
+                self.s.severity,
+                {"device": d},
+                {
+                    "summary": f"device {d} memory {used:.0%} used (threshold {self.s.threshold:.0%})"
+                },
+            )
+            for d, used in sorted(history[-1].device_memory_used.items())
+            if used >= self.s.threshold
+        ]
 
 
 RULES: dict[str, Callable[[RulesConfig], Rule]] = {
     "error_rate": lambda c: RatioRule("TimeshareErrorRate", "errors", c.error_rate, c.min_requests),
     "latency_slo": LatencyBurnRule,
-    "degraded_share": lambda c: RatioRule("TimeshareDegradedShare", "degraded", c.degraded_share, c.min_requests),
-    "shed_share": lambda c: RatioRule("TimeshareRequestsShed", "shed", c.shed_share, c.min_requests),
-    "breaker_open": lambda c: SetRule("TimeshareBreakerOpen", "open_breakers", "breaker", c.breaker_open,
-                                      "circuit breaker {} is open"),
-    "model_load_failure": lambda c: SetRule("TimeshareModelLoadFailed", "failed_models", "model",
-                                            c.model_load_failure, "model {} failed to load"),
-    "replica_restarts": lambda c: IncreaseRule("TimeshareReplicaRestarts", "replica_restarts", c.replica_restarts,
-                                               per_second=False, text="{:g} replica restarts over {}"),
-    "swap_thrashing": lambda c: IncreaseRule("TimeshareSwapThrashing", "swaps", c.swap_thrashing,
-                                             per_second=True, text="{:.2f} swaps/s over {}"),
+    "degraded_share": lambda c: RatioRule(
+        "TimeshareDegradedShare", "degraded", c.degraded_share, c.min_requests
+    ),
+    "shed_share": lambda c: RatioRule(
+        "TimeshareRequestsShed", "shed", c.shed_share, c.min_requests
+    ),
+    "breaker_open": lambda c: SetRule(
+        "TimeshareBreakerOpen",
+        "open_breakers",
+        "breaker",
+        c.breaker_open,
+        "circuit breaker {} is open",
+    ),
+    "model_load_failure": lambda c: SetRule(
+        "TimeshareModelLoadFailed",
+        "failed_models",
+        "model",
+        c.model_load_failure,
+        "model {} failed to load",
+    ),
+    "replica_restarts": lambda c: IncreaseRule(
+        "TimeshareReplicaRestarts",
+        "replica_restarts",
+        c.replica_restarts,
+        per_second=False,
+        text="{:g} replica restarts over {}",
+    ),
+    "swap_thrashing": lambda c: IncreaseRule(
+        "TimeshareSwapThrashing",
+        "swaps",
+        c.swap_thrashing,
+        per_second=True,
+        text="{:.2f} swaps/s over {}",
+    ),
     "device_memory_pressure": lambda c: MemoryPressureRule(c.device_memory_pressure),
-    "cache_tier_down": lambda c: SetRule("TimeshareCacheTierDown", "cache_tiers_down", "tier", c.cache_tier_down,
-                                         "cache tier {} is down"),
-    "channel_failing": lambda c: SetRule("TimeshareAlertChannelFailing", "failing_channels", "channel",
-                                         c.channel_failing, "alert channel {} is failing"),
+    "cache_tier_down": lambda c: SetRule(
+        "TimeshareCacheTierDown",
+        "cache_tiers_down",
+        "tier",
+        c.cache_tier_down,
+        "cache tier {} is down",
+    ),
+    "channel_failing": lambda c: SetRule(
+        "TimeshareAlertChannelFailing",
+        "failing_channels",
+        "channel",
+        c.channel_failing,
+        "alert channel {} is failing",
+    ),
 }

@@ -49,7 +49,7 @@ def start_receiver() -> Receiver:
     holder: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             rec = holder["r"]
             parts = urllib.parse.urlsplit(self.path)
             raw = self.rfile.read(int(self.headers.get("content-length", "0")))
@@ -59,10 +59,17 @@ def start_receiver() -> Receiver:
                 body = raw.decode(errors="replace")
             query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
             with rec.lock:
-                rec.requests.append(Received(parts.path, query, {k.lower(): v for k, v in self.headers.items()}, body))
+                rec.requests.append(
+                    Received(
+                        parts.path, query, {k.lower(): v for k, v in self.headers.items()}, body
+                    )
+                )
                 answers = rec.script.get(parts.path)
-                status, text, headers = (answers.pop(0) if len(answers) > 1 else answers[0]) if answers else (
-                    200, '{"errcode": 0, "code": 0}', {})
+                status, text, headers = (
+                    (answers.pop(0) if len(answers) > 1 else answers[0])
+                    if answers
+                    else (200, '{"errcode": 0, "code": 0}', {})
+                )
             data = text.encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -78,7 +85,9 @@ def start_receiver() -> Receiver:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     holder["r"] = Receiver(server)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    ).start()
     return holder["r"]
 
 

@@ -23,26 +23,52 @@ FAST = {"channel_options": {"sleep": lambda s: asyncio.sleep(0)}}  # retries wit
 
 
 def config(env: str, receiver_url: str, **extra: Any):
-    return load_config({
-        "environment": env,
-        "route": {
-            "receiver": "team", "group_by": ["alertname"], "group_wait": "30s", "group_interval": "1m",
-            "repeat_interval": "10m",
-            "routes": [{"matchers": ['severity=~"P1|P2"'], "receiver": "pager", "continue": True},
-                       {"receiver": "team"}],
-        },
-        "receivers": [
-            {"name": "pager", "channels": [{"type": "pagerduty", "url": receiver_url + "/pd", "routing_key": "k"}]},
-            {"name": "team", "channels": [{"type": "webhook", "url": receiver_url + "/team",
-                                           "delivery": {"max_attempts": 2}}]},
-        ],
-        **extra,
-    })
+    return load_config(
+        {
+            "environment": env,
+            "route": {
+                "receiver": "team",
+                "group_by": ["alertname"],
+                "group_wait": "30s",
+                "group_interval": "1m",
+                "repeat_interval": "10m",
+                "routes": [
+                    {"matchers": ['severity=~"P1|P2"'], "receiver": "pager", "continue": True},
+                    {"receiver": "team"},
+                ],
+            },
+            "receivers": [
+                {
+                    "name": "pager",
+                    "channels": [
+                        {"type": "pagerduty", "url": receiver_url + "/pd", "routing_key": "k"}
+                    ],
+                },
+                {
+                    "name": "team",
+                    "channels": [
+                        {
+                            "type": "webhook",
+                            "url": receiver_url + "/team",
+                            "delivery": {"max_attempts": 2},
+                        }
+                    ],
+                },
+            ],
+            **extra,
+        }
+    )
 
 
 def model_down(clock: FakeClock, instance: str, sev: str = "P1") -> Alert:
-    return Alert.create("ModelDown", sev, "prod", labels={"model": "digits", "instance": instance},
-                        annotations={"summary": "digits fails"}, starts_at=clock.now())
+    return Alert.create(
+        "ModelDown",
+        sev,
+        "prod",
+        labels={"model": "digits", "instance": instance},
+        annotations={"summary": "digits fails"},
+        starts_at=clock.now(),
+    )
 
 
 async def advance(alerter: Alerter, clock: FakeClock, seconds: float) -> None:
@@ -70,7 +96,9 @@ async def test_prod_pages_once_grouped_then_resolves(receiver: Receiver) -> None
     alerter.submit(b.resolve(clock.now()))
     await advance(alerter, clock, 60)
     pd_resolve = receiver.at("/pd")[1].body
-    assert pd_resolve["event_action"] == "resolve" and pd_resolve["dedup_key"] == pd.body["dedup_key"]
+    assert (
+        pd_resolve["event_action"] == "resolve" and pd_resolve["dedup_key"] == pd.body["dedup_key"]
+    )
     assert receiver.at("/team")[1].body["status"] == "resolved"
     await advance(alerter, clock, 3600)
     assert len(receiver.requests) == 4  # nothing more
@@ -145,7 +173,11 @@ async def test_send_test_reports_each_channel(receiver: Receiver) -> None:
     results = await alerter.send_test("P1")
     by = {r.channel: (r.ok, r.status_code, r.attempts) for r in results}
     assert by == {"pager/pagerduty/0": (True, 200, 1), "team/webhook/0": (False, 500, 2)}
-    assert receiver.at("/pd")[0].body["payload"]["summary"].startswith("[TEST] [FIRING:1] TimeshareTestAlert")
+    assert (
+        receiver.at("/pd")[0]
+        .body["payload"]["summary"]
+        .startswith("[TEST] [FIRING:1] TimeshareTestAlert")
+    )
     await alerter.stop()
 
 

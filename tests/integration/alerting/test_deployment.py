@@ -15,13 +15,26 @@ serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
 def test_submit_through_a_handle_reaches_the_receiver(receiver: Receiver) -> None:
     from alerting.deployment import AlerterDeployment
 
-    cfg = {"environment": "prod", "route": {"receiver": "pd", "group_wait": 0},
-           "receivers": [{"name": "pd", "channels": [{"type": "pagerduty", "url": receiver.url("/pd"),
-                                                      "routing_key": "k"}]}]}
-    handle = serve.run(AlerterDeployment.bind(cfg), name="alerting-test", route_prefix=None,
-                       _local_testing_mode=True)
+    cfg = {
+        "environment": "prod",
+        "route": {"receiver": "pd", "group_wait": 0},
+        "receivers": [
+            {
+                "name": "pd",
+                "channels": [{"type": "pagerduty", "url": receiver.url("/pd"), "routing_key": "k"}],
+            }
+        ],
+    }
+    handle = serve.run(
+        AlerterDeployment.bind(cfg),
+        name="alerting-test",
+        route_prefix=None,
+        _local_testing_mode=True,
+    )
     try:
-        alert = Alert.create("TimeshareModelLoadFailed", "P1", "prod", labels={"model": "m"}, starts_at=time.time())
+        alert = Alert.create(
+            "TimeshareModelLoadFailed", "P1", "prod", labels={"model": "m"}, starts_at=time.time()
+        )
         assert handle.submit.remote(alert.to_dict()).result() is True
         for _ in range(200):  # wait for the deployment's own loop to deliver
             if receiver.at("/pd"):

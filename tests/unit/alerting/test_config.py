@@ -23,14 +23,22 @@ def example() -> dict:
 
 def test_example_yaml_loads() -> None:
     cfg = load_config(EXAMPLE.read_text())
-    assert cfg.environment == "prod" and cfg.effective_policy().page_severities == [Severity.P1, Severity.P2]
+    assert cfg.environment == "prod" and cfg.effective_policy().page_severities == [
+        Severity.P1,
+        Severity.P2,
+    ]
     pager = cfg.route.routes[0]
     assert pager.continue_ and pager.repeat_interval == 900
     assert cfg.rules.error_rate.severity is Severity.P1 and cfg.rules.error_rate.window == 300
-    assert cfg.rules.degraded_share.threshold == 0.25 and cfg.rules.degraded_share.for_ == 300  # default kept
+    assert (
+        cfg.rules.degraded_share.threshold == 0.25 and cfg.rules.degraded_share.for_ == 300
+    )  # default kept
     assert cfg.receiver("digest").send_resolved is False
     tree = build_route_tree(cfg.route)
-    assert tree.children[0].opts.group_by == ("alertname", "model") and tree.children[0].opts.group_wait == 30
+    assert (
+        tree.children[0].opts.group_by == ("alertname", "model")
+        and tree.children[0].opts.group_wait == 30
+    )
     p1 = Alert.create("TimeshareErrorRate", "P1", "prod", labels={"model": "m"}, starts_at=0)
     assert [r.opts.receiver for r in tree.match(p1.labels)] == ["pager", "team"]
 
@@ -59,7 +67,9 @@ def test_unknown_keys_are_errors_naming_the_key(path, value, needle) -> None:
 def test_errors_name_the_bad_value() -> None:
     data = example()
     data["route"]["routes"][1]["receiver"] = "nobody"
-    with pytest.raises(ValidationError, match=r"route.routes\[1\].receiver 'nobody' is not a receiver"):
+    with pytest.raises(
+        ValidationError, match=r"route.routes\[1\].receiver 'nobody' is not a receiver"
+    ):
         AlertingConfig.model_validate(data)
     data = example()
     data["route"]["routes"][0]["matchers"] = ["severity~P1"]
@@ -76,9 +86,15 @@ def test_errors_name_the_bad_value() -> None:
 
 
 def test_durations_and_matchers() -> None:
-    assert parse_duration("1h30m") == 5400 and parse_duration(15) == 15 and parse_duration("250ms") == 0.25
+    assert (
+        parse_duration("1h30m") == 5400
+        and parse_duration(15) == 15
+        and parse_duration("250ms") == 0.25
+    )
     m = parse_matcher('model=~"digits-.*"')
-    assert m.matches({"model": "digits-small"}) and not m.matches({"model": "xdigits-small"})  # anchored
+    assert m.matches({"model": "digits-small"}) and not m.matches(
+        {"model": "xdigits-small"}
+    )  # anchored
     assert parse_matcher("team!=db").matches({})  # a missing label is ""
     with pytest.raises(ValueError, match="bad regex"):
         parse_matcher('a=~"("')
@@ -89,10 +105,15 @@ def test_alert_fingerprint_matches_prometheus() -> None:
     assert fingerprint({}) == "cbf29ce484222325"
     a = Alert.create("X", "p2", "prod", labels={"model": "m"}, starts_at=1.0)
     assert a.severity is Severity.P2 and a.environment == "prod"
-    assert a.fingerprint == Alert.create("X", "P2", "prod", labels={"model": "m"}, starts_at=9.0).fingerprint
+    assert (
+        a.fingerprint
+        == Alert.create("X", "P2", "prod", labels={"model": "m"}, starts_at=9.0).fingerprint
+    )
     assert Alert.from_dict(a.to_dict()) == a
     with pytest.raises(ValueError, match="unknown alert field"):
         Alert.from_dict({"labels": {"alertname": "X"}, "oops": 1})
     with pytest.raises(ValueError, match="severity"):
         Alert.create("X", "P5", "prod", starts_at=0)
-    assert Severity.P1.cap(Severity.P3) is Severity.P3 and Severity.P4.cap(Severity.P3) is Severity.P4
+    assert (
+        Severity.P1.cap(Severity.P3) is Severity.P3 and Severity.P4.cap(Severity.P3) is Severity.P4
+    )

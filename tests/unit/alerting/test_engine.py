@@ -13,7 +13,9 @@ from alerting.notification import Notification
 T0 = 1_700_000_000.0
 
 
-def make_engine(route: dict, receivers=("default",), send_resolved=True, inhibit=()) -> NotificationEngine:
+def make_engine(
+    route: dict, receivers=("default",), send_resolved=True, inhibit=()
+) -> NotificationEngine:
     cfg = load_config(
         {
             "environment": "prod",
@@ -59,13 +61,23 @@ class Driver:
 
 def summary(notes: list[Notification], t0: float = T0) -> list[tuple]:
     return [
-        (n.at - t0, n.receiver, n.status.value, sorted(a.labels.get("instance", a.name) for a in n.alerts))
+        (
+            n.at - t0,
+            n.receiver,
+            n.status.value,
+            sorted(a.labels.get("instance", a.name) for a in n.alerts),
+        )
         for n in notes
     ]
 
 
-ROUTE = {"receiver": "default", "group_by": ["alertname"], "group_wait": "30s",
-         "group_interval": "1m", "repeat_interval": "5m"}
+ROUTE = {
+    "receiver": "default",
+    "group_by": ["alertname"],
+    "group_wait": "30s",
+    "group_interval": "1m",
+    "repeat_interval": "5m",
+}
 
 
 def test_batching_within_group_wait() -> None:
@@ -125,8 +137,13 @@ def test_send_resolved_false_stays_quiet_and_does_not_repeat() -> None:
 
 
 def test_inhibition_while_source_fires_and_release_after() -> None:
-    inhibit = [{"source_matchers": ['severity="P1"'], "target_matchers": ['severity=~"P3|P4"'],
-                "equal": ["model"]}]
+    inhibit = [
+        {
+            "source_matchers": ['severity="P1"'],
+            "target_matchers": ['severity=~"P3|P4"'],
+            "equal": ["model"],
+        }
+    ]
     d = Driver(make_engine(ROUTE, inhibit=inhibit))
     src = d.put("ModelDown", 0, sev="P1", model="m", instance="src")
     d.put("HighLatency", 0, sev="P3", model="m", instance="m-lat")
@@ -150,8 +167,12 @@ def test_alert_matching_source_and_target_does_not_inhibit_itself() -> None:
 
 def test_silence_mutes_until_expired() -> None:
     d = Driver(make_engine(ROUTE))
-    sid = d.engine.silences.add(['alertname="HighLatency"', 'instance=~"a|b"'],
-                                starts_at=d.at(0), ends_at=d.at(3600), comment="maintenance")
+    sid = d.engine.silences.add(
+        ['alertname="HighLatency"', 'instance=~"a|b"'],
+        starts_at=d.at(0),
+        ends_at=d.at(3600),
+        comment="maintenance",
+    )
     d.put("HighLatency", 0, instance="a")
     d.put("HighLatency", 0, instance="z")
     assert summary(d.run_until(30)) == [(30, "default", "firing", ["z"])]
@@ -172,14 +193,26 @@ def test_silence_starting_later_and_unknown_id() -> None:
 
 
 def test_routing_with_continue_and_inheritance() -> None:
-    route = dict(ROUTE, routes=[
-        {"matchers": ['severity=~"P1|P2"'], "receiver": "pager", "continue": True, "group_wait": "5s"},
-        {"matchers": ['team="db"'], "receiver": "db", "group_by": ["alertname", "team"]},
-        {"matchers": ['team="db"'], "receiver": "never"},  # shadowed: db has no continue
-    ])
+    route = dict(
+        ROUTE,
+        routes=[
+            {
+                "matchers": ['severity=~"P1|P2"'],
+                "receiver": "pager",
+                "continue": True,
+                "group_wait": "5s",
+            },
+            {"matchers": ['team="db"'], "receiver": "db", "group_by": ["alertname", "team"]},
+            {"matchers": ['team="db"'], "receiver": "never"},  # shadowed: db has no continue
+        ],
+    )
     d = Driver(make_engine(route, receivers=("default", "pager", "db", "never")))
-    pager, db, never = d.engine.route.children
-    assert (pager.opts.group_by, pager.opts.group_interval, pager.opts.group_wait) == (("alertname",), 60, 5)
+    pager, db, _shadowed = d.engine.route.children
+    assert (pager.opts.group_by, pager.opts.group_interval, pager.opts.group_wait) == (
+        ("alertname",),
+        60,
+        5,
+    )
     assert db.opts.repeat_interval == 300 and db.opts.group_wait == 30
     d.put("ModelDown", 0, sev="P1", team="db", instance="p1-db")
     d.put("ModelDown", 0, sev="P1", team="web", instance="p1-web")
@@ -226,5 +259,10 @@ def test_notification_fields() -> None:
     (n,) = d.run_until(30)
     assert n.status is AlertStatus.FIRING
     assert n.group_labels == {"alertname": "HighLatency"}
-    assert n.common_labels == {"alertname": "HighLatency", "env": "prod", "model": "m", "severity": "P3"}
+    assert n.common_labels == {
+        "alertname": "HighLatency",
+        "env": "prod",
+        "model": "m",
+        "severity": "P3",
+    }
     assert n.title() == "[FIRING:2] HighLatency (P3 prod)"
