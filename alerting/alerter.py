@@ -78,6 +78,7 @@ class Alerter:
             "client": self._client,
             "clock": self._clock,
             "on_result": self._on_result,
+            "on_drop": self._on_drop,
             **(channel_options or {}),
         }
         env = os.environ if environ is None else environ
@@ -322,6 +323,10 @@ class Alerter:
                 severity=note.severity.value,
                 outcome="ok" if result.ok else "failed",
             )
+
+    def _on_drop(self, channel: str) -> None:
+        if self._telemetry is not None:
+            self._telemetry.record_alert_dropped(channel=channel)
 
     def _all_channels(self) -> list[Channel]:
         return [ch for chs in self.channels.values() for ch in chs]

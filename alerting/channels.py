@@ -254,10 +254,15 @@ def build_channel(
         return PagerDutyChannel(name, receiver, cfg, routing_key=key or "", **kw)
     url = resolve_secret(cfg.url, cfg.url_env, environ, where)
     assert url is not None  # config requires url or url_env
-    if isinstance(cfg, (FeishuChannelConfig, DingTalkChannelConfig)):
+    if isinstance(cfg, FeishuChannelConfig):
         secret = resolve_secret(cfg.secret, cfg.secret_env, environ, where)
-        return CHANNEL_TYPES[kind](name, receiver, cfg, url=url, secret=secret, **kw)  # type: ignore[call-arg]
+        return FeishuChannel(name, receiver, cfg, url=url, secret=secret, **kw)
+    if isinstance(cfg, DingTalkChannelConfig):
+        secret = resolve_secret(cfg.secret, cfg.secret_env, environ, where)
+        return DingTalkChannel(name, receiver, cfg, url=url, secret=secret, **kw)
     if isinstance(cfg, WeComChannelConfig):
         key = resolve_secret(cfg.key, cfg.key_env, environ, where)
         return WeComChannel(name, receiver, cfg, url=url, key=key, **kw)
-    return CHANNEL_TYPES[kind](name, receiver, cfg, url=url, **kw)  # type: ignore[call-arg]
+    if isinstance(cfg, SlackChannelConfig):
+        return SlackChannel(name, receiver, cfg, url=url, **kw)
+    return WebhookChannel(name, receiver, cfg, url=url, **kw)

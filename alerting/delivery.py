@@ -121,6 +121,7 @@ class Channel(abc.ABC):
         sleep: Sleep = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
         on_result: Callable[[DeliveryResult, Notification], None] | None = None,
+        on_drop: Callable[[str], None] | None = None,
     ) -> None:
         self.name, self.receiver, self.delivery = name, receiver, delivery
         self.stats = ChannelStats()
@@ -134,6 +135,7 @@ class Channel(abc.ABC):
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._on_result = on_result
+        self._on_drop = on_drop
 
     # -- subclass hooks -------------------------------------------------------------------
     @abc.abstractmethod
@@ -150,6 +152,8 @@ class Channel(abc.ABC):
         if len(self._queue) >= self.delivery.queue_size:
             old = self._queue.popleft()
             self.stats.dropped += 1
+            if self._on_drop is not None:
+                self._on_drop(self.name)
             log.warning("alert channel %s queue full: dropped %s", self.name, old.group_key)
         self._queue.append(note)
         self._idle.clear()

@@ -72,12 +72,12 @@ def _build(cfg: RouteConfig, parent: RouteOpts | None, key: str) -> Route:
         receiver=cfg.receiver or (parent.receiver if parent else ""),
         group_by=tuple(sorted(g for g in group_by if g != "...")),
         group_by_all=by_all,
-        group_wait=_pick(cfg.group_wait, parent and parent.group_wait, DEFAULT_GROUP_WAIT),
+        group_wait=_pick(cfg.group_wait, parent.group_wait if parent else None, DEFAULT_GROUP_WAIT),
         group_interval=_pick(
-            cfg.group_interval, parent and parent.group_interval, DEFAULT_GROUP_INTERVAL
+            cfg.group_interval, parent.group_interval if parent else None, DEFAULT_GROUP_INTERVAL
         ),
         repeat_interval=_pick(
-            cfg.repeat_interval, parent and parent.repeat_interval, DEFAULT_REPEAT_INTERVAL
+            cfg.repeat_interval, parent.repeat_interval if parent else None, DEFAULT_REPEAT_INTERVAL
         ),
     )
     matchers = parse_matchers(cfg.matchers)
@@ -88,9 +88,7 @@ def _build(cfg: RouteConfig, parent: RouteOpts | None, key: str) -> Route:
     return Route(key, matchers, opts, cfg.continue_, children)
 
 
-def _pick(own: float | None, inherited: float | None | bool, default: float) -> float:
+def _pick(own: float | None, inherited: float | None, default: float) -> float:
     if own is not None:
         return own
-    if isinstance(inherited, float):
-        return inherited
-    return default
+    return inherited if inherited is not None else default

@@ -61,7 +61,10 @@ class RedisStore:
                 entries[(d["group_key"], d["receiver"])] = NflogEntry.from_dict(d)
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring a malformed alerting state entry in Redis")
-        acks = {a.decode() for a in await self._r.smembers(f"{self._prefix}:acks")}
+        acks = {
+            a.decode() if isinstance(a, bytes) else str(a)
+            for a in await self._r.smembers(f"{self._prefix}:acks")
+        }
         return entries, acks
 
     async def save(self, entries: Mapping[Key, NflogEntry], acks: set[str] | None) -> None:
