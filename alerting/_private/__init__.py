@@ -1,0 +1,1 @@
+"""Internals of the alerting package; not a public API."""

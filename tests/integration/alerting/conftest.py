@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.alerting.receiver import Receiver, start_receiver
+
+
+@pytest.fixture
+def receiver():
+    r: Receiver = start_receiver()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
