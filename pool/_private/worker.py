@@ -70,6 +70,18 @@ class RoutingStats:
     memory_total_bytes: int
     hosted: frozenset[str] = frozenset()  # models in the host tier (cheap swap-in)
 
+    def to_dict(self) -> dict:
+        """Plain form for Ray Serve's ``record_routing_stats`` (read by the request router)."""
+        return {
+            "device": self.device,
+            "resident": sorted(self.resident),
+            "hosted": sorted(self.hosted),
+            "queue_delay_s": list(self.queue_delay_s),
+            "queue_depth": list(self.queue_depth),
+            "memory_free_bytes": self.memory_free_bytes,
+            "memory_total_bytes": self.memory_total_bytes,
+        }
+
 
 @dataclass(slots=True)
 class _Pending:
