@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -67,8 +68,10 @@ class Residency:
         memory: DeviceMemory | None = None,
         eviction: EvictionPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
+        executor: Executor | None = None,
     ) -> None:
         self.device = device
+        self._executor = executor  # where copies run (None: asyncio's default pool)
         self._cuda = device.kind == "cuda"
         self.memory = MemoryManager(
             memory or memory_for(device), reserve_bytes=device.reserve_bytes, policy=eviction,
@@ -162,7 +165,8 @@ class Residency:
                 reload_cost_s=self.swap_cost_s(key), queued=queued, evict=self.swap_out,
             )
             if region.tensor is not None:
-                await asyncio.to_thread(self._copy_in, m.packed, region.tensor)
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._copy_in, m.packed, region.tensor)
             copied = time.perf_counter() - copy_start
         finally:
             self.memory.unpin(key)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -130,7 +131,15 @@ class DeviceWorker:
         self.device = device
         self._clock = clock
         self.policy = get_scheduling_policy(scheduler) if isinstance(scheduler, str) else scheduler
-        self.tiers = Residency(device, memory=memory, eviction=eviction, clock=clock)
+        # One thread runs everything that touches the device (copies and forward passes), so the
+        # device is used by one chunk at a time; torch's per-thread intra-op setting is made
+        # there (a fresh thread otherwise defaults to all cores and oversubscribes them).
+        threads = device.threads or torch.get_num_threads()
+        self._executor = ThreadPoolExecutor(
+            1, thread_name_prefix=f"timeshare-{device.label}", initializer=torch.set_num_threads,
+            initargs=(threads,))
+        self.tiers = Residency(device, memory=memory, eviction=eviction, clock=clock,
+                               executor=self._executor)
         self._models: dict[ModelKey, _Entry] = {}
         self._by_name: dict[str, ModelKey] = {}
         self._ids = itertools.count()
@@ -157,7 +166,7 @@ class DeviceWorker:
         """
         try:
             packed, load_s = await self.tiers.load(loader)
-            await asyncio.to_thread(_warm_up, packed.module, config)
+            await self._in_device_thread(_warm_up, packed.module, config)
         except ModelLoadError:
             raise
         except Exception as e:  # a broken model marks that model, not the process
@@ -278,8 +287,12 @@ class DeviceWorker:
             for p in entry.queue:
                 if not p.future.done():
                     p.future.set_exception(ModelNotLoaded("worker closed"))
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- loop -------------------------------------------------------------------------------
+    def _in_device_thread(self, fn, *args):
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
@@ -414,12 +427,12 @@ class DeviceWorker:
         with self.tiers.memory.running(name):
             t0 = time.perf_counter()
             try:
-                raw = await asyncio.to_thread(_forward, module, args, dev, stream)
+                raw = await self._in_device_thread(_forward, module, args, dev, stream)
             except torch.cuda.OutOfMemoryError:
                 self.tiers.evict_idle(keep=name)  # evict and retry once, then give up
                 torch.cuda.empty_cache()
                 try:
-                    raw = await asyncio.to_thread(_forward, module, args, dev, stream)
+                    raw = await self._in_device_thread(_forward, module, args, dev, stream)
                 except torch.cuda.OutOfMemoryError as e:
                     raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
             compute_s = time.perf_counter() - t0
