@@ -115,7 +115,7 @@ class DeviceWorker:
     ``scheduler`` names a policy in ``policies.scheduling`` (``priority`` or ``fifo``) or is a
     policy object; ``eviction`` is an ``EvictionPolicy`` (default priority-aware LRU);
     ``memory`` overrides the device memory (tests). Queues are bounded by ``max_queue`` requests
-    per device; beyond it ``infer`` raises DeviceOutOfMemory-free ``asyncio.QueueFull``.
+    per device; beyond it ``infer`` raises ``asyncio.QueueFull``.
     """
 
     def __init__(
