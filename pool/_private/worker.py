@@ -1,25 +1,39 @@
-"""The per-device worker: queues requests by priority, batches per model, runs them.
+"""The per-device worker: queues, residency and the loop that executes scheduling decisions.
 
-This is the first slice: one scheduling loop per device, priority + earliest-deadline-first
-choice of the next model, dynamic batching (max_batch_size, batch_wait_ms), warm-up at load,
-expiry of requests whose deadline passed. Memory-aware residency, swapping, chunked preemption
-and time slices build on the same interface.
+One asyncio loop per device. Each turn it builds an immutable snapshot of the queues, asks the
+scheduling policy (``policies.scheduling``) what to do, answers expired requests, makes the chosen
+model resident (swapping others out through the memory manager), runs one chunk of rows off the
+event loop, and asks again. Requests may be split over several chunks; each gets its own rows
+back. On CUDA, chunks run on a stream whose priority follows the request class.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 from torch import nn
 
+from policies.eviction import EvictionPolicy
 from policies.priority import Priority
+from policies.scheduling import (
+    ModelView,
+    RequestView,
+    ScheduleDecision,
+    SchedulerSnapshot,
+    SchedulingPolicy,
+    get_scheduling_policy,
+)
+from pool._private.device_memory import DeviceMemory
+from pool._private.residency import Residency
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
-from pool.errors import ModelLoadError, ModelNotLoaded, RequestExpired
+from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired
 
 __all__ = ["ModelKey", "WorkResult", "RoutingStats", "DeviceWorker"]
 
@@ -55,10 +69,24 @@ class RoutingStats:
     queue_depth: tuple[int, int, int, int]
     memory_free_bytes: int
     memory_total_bytes: int
+    hosted: frozenset[str] = frozenset()  # models in the host tier (cheap swap-in)
+
+    def to_dict(self) -> dict:
+        """Plain form for Ray Serve's ``record_routing_stats`` (read by the request router)."""
+        return {
+            "device": self.device,
+            "resident": sorted(self.resident),
+            "hosted": sorted(self.hosted),
+            "queue_delay_s": list(self.queue_delay_s),
+            "queue_depth": list(self.queue_depth),
+            "memory_free_bytes": self.memory_free_bytes,
+            "memory_total_bytes": self.memory_total_bytes,
+        }
 
 
 @dataclass(slots=True)
 class _Pending:
+    id: int
     key: ModelKey
     inputs: dict[str, torch.Tensor]
     rows: int
@@ -66,55 +94,104 @@ class _Pending:
     deadline: float | None
     arrival: float
     future: asyncio.Future = field(repr=False)
+    done: int = 0
+    parts: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    compute_s: float = 0.0
+    swap_s: float = 0.0
+    first_start: float | None = None
+    batch: int = 0
 
 
 @dataclass(slots=True)
 class _Entry:
     config: ModelConfig
-    module: nn.Module
     queue: list[_Pending] = field(default_factory=list)
-    ewma_row_s: float = 0.001
+    ewma_row_s: float = 0.0005
 
 
 class DeviceWorker:
-    """Runs the models registered on one device. All methods are called on one event loop."""
+    """Runs the models registered on one device. All methods are called on one event loop.
+
+    ``scheduler`` names a policy in ``policies.scheduling`` (``priority`` or ``fifo``) or is a
+    policy object; ``eviction`` is an ``EvictionPolicy`` (default priority-aware LRU);
+    ``memory`` overrides the device memory (tests). Queues are bounded by ``max_queue`` requests
+    per device; beyond it ``infer`` raises ``asyncio.QueueFull``.
+    """
 
     def __init__(
-        self, device: DeviceSpec, *, clock: Callable[[], float] = time.monotonic
+        self,
+        device: DeviceSpec,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        scheduler: str | SchedulingPolicy = "priority",
+        eviction: EvictionPolicy | None = None,
+        memory: DeviceMemory | None = None,
+        max_queue: int = 100_000,
     ) -> None:
         self.device = device
         self._clock = clock
+        self.policy = get_scheduling_policy(scheduler) if isinstance(scheduler, str) else scheduler
+        # One thread runs everything that touches the device (copies and forward passes), so the
+        # device is used by one chunk at a time; torch's per-thread intra-op setting is made
+        # there (a fresh thread otherwise defaults to all cores and oversubscribes them).
+        threads = device.threads or torch.get_num_threads()
+        self._executor = ThreadPoolExecutor(
+            1, thread_name_prefix=f"timeshare-{device.label}", initializer=torch.set_num_threads,
+            initargs=(threads,))
+        self.tiers = Residency(device, memory=memory, eviction=eviction, clock=clock,
+                               executor=self._executor)
         self._models: dict[ModelKey, _Entry] = {}
+        self._by_name: dict[str, ModelKey] = {}
+        self._ids = itertools.count()
+        self._max_queue = max_queue
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._closed = False
+        self._current: str | None = None
+        self._slice_start = 0.0
+        self._last: str | None = None
+        self.preemptions = 0
+        self.expired = 0
+        self.chunks = 0
+        self._streams = _class_streams(device) if device.kind == "cuda" else None
 
     # -- models -----------------------------------------------------------------------------
     async def add_model(
         self, key: ModelKey, config: ModelConfig, loader: Callable[[], nn.Module]
     ) -> None:
-        """Load (off the event loop), move to the device, warm up; raise ModelLoadError."""
+        """Load into the host tier (off the event loop), validate with a warm-up forward pass.
 
-        def _load() -> nn.Module:
-            module = loader().eval().to(self.device.torch_device)
-            with torch.inference_mode():
-                module(*_dummy_inputs(config, self.device.torch_device))
-            return module
-
+        The model becomes resident on the device on first use (or at once if it fits without
+        evicting anything). Raises ModelLoadError for a model that fails to load or run.
+        """
         try:
-            module = await asyncio.to_thread(_load)
+            packed, load_s = await self.tiers.load(loader)
+            await self._in_device_thread(_warm_up, packed.module, config)
         except ModelLoadError:
             raise
         except Exception as e:  # a broken model marks that model, not the process
             raise ModelLoadError(str(key), f"warm-up failed: {type(e).__name__}: {e}") from e
-        self._models[key] = _Entry(config=config, module=module)
+        if key in self._models:
+            await self.remove_model(key)
+        name = str(key)
+        self.tiers.register(name, loader, config.priority, packed, load_s)
+        self._models[key] = _Entry(config=config)
+        self._by_name[name] = key
+        if self.tiers.memory.free_bytes >= packed.nbytes:
+            try:
+                await self.tiers.ensure(name, config.priority, {})
+            except DeviceOutOfMemory:
+                pass  # stays in the host tier; swapped in on demand
 
     async def remove_model(self, key: ModelKey) -> None:
         entry = self._models.pop(key, None)
-        if entry:
-            for p in entry.queue:
-                if not p.future.done():
-                    p.future.set_exception(ModelNotLoaded(f"{key} was unloaded"))
+        if entry is None:
+            return
+        self._by_name.pop(str(key), None)
+        self.tiers.forget(str(key))
+        for p in entry.queue:
+            if not p.future.done():
+                p.future.set_exception(ModelNotLoaded(f"{key} was unloaded"))
 
     def has_model(self, key: ModelKey) -> bool:
         return key in self._models
@@ -128,40 +205,74 @@ class DeviceWorker:
         priority: Priority = Priority.INTERACTIVE,
         deadline: float | None = None,
     ) -> WorkResult:
+        """Queue ``inputs`` (batch-first CPU tensors) and wait for this request's outputs.
+
+        Raises RequestExpired (deadline, an absolute ``clock`` time, cannot be met),
+        DeviceOutOfMemory, ModelNotLoaded.
+        """
         entry = self._models.get(key)
         if entry is None:
             raise ModelNotLoaded(f"model {key} is not loaded on {self.device.label}")
+        if not inputs:
+            raise ValueError("inputs must name at least one tensor")
+        if sum(len(e.queue) for e in self._models.values()) >= self._max_queue:
+            raise asyncio.QueueFull(f"{self.device.label}: {self._max_queue} requests queued")
         self._ensure_loop()
-        rows = next(iter(inputs.values())).shape[0]
+        rows = int(next(iter(inputs.values())).shape[0])
         fut = asyncio.get_running_loop().create_future()
-        entry.queue.append(_Pending(key, inputs, rows, priority, deadline, self._clock(), fut))
+        p = _Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline,
+                     self._clock(), fut)
+        entry.queue.append(p)
         self._wakeup.set()
         return await fut
 
     def routing_stats(self) -> RoutingStats:
         depth = [0, 0, 0, 0]
         delay = [0.0, 0.0, 0.0, 0.0]
-        for entry in self._models.values():
+        for key, entry in self._models.items():
+            swap = self.tiers.swap_cost_s(str(key)) if entry.queue else 0.0
+            charged = [False] * 4
             for p in entry.queue:
                 depth[p.priority] += 1
-                work = p.rows * entry.ewma_row_s
+                work = (p.rows - p.done) * entry.ewma_row_s
                 for cls in range(p.priority, 4):  # work ahead of or equal to each class
-                    delay[cls] += work
+                    delay[cls] += work + (0.0 if charged[cls] else swap)
+                    charged[cls] = True
+        mem = self.tiers.memory
         return RoutingStats(
             device=self.device.label,
-            resident=frozenset(str(k) for k in self._models),
+            resident=frozenset(mem.resident_keys()),
             queue_delay_s=tuple(delay),  # type: ignore[arg-type]
             queue_depth=tuple(depth),  # type: ignore[arg-type]
-            memory_free_bytes=0,
-            memory_total_bytes=self.device.memory_budget_bytes or 0,
+            memory_free_bytes=mem.free_bytes,
+            memory_total_bytes=mem.capacity_bytes,
+            hosted=frozenset(self.tiers.host_keys()),
         )
 
     def status(self) -> dict:
+        """Resident and host-tier models, queue depths, swaps, preemptions, memory."""
         stats = self.routing_stats()
+        s = self.tiers.stats
+        mem = self.tiers.memory
         return {
             "device": self.device.label,
+            "scheduler": self.policy.name,
+            "models": sorted(self._by_name),
             "resident": sorted(stats.resident),
+            "host_tier": sorted(stats.hosted),
             "queue_depth": {p.label: stats.queue_depth[p] for p in Priority},
+            "queue_delay_s": {p.label: stats.queue_delay_s[p] for p in Priority},
+            "swaps": {"count": s.swaps, "bytes": s.swap_bytes, "ms": s.swap_s * 1e3,
+                      "outs": s.swap_outs, "disk_loads": s.disk_loads,
+                      "disk_load_ms": s.disk_load_s * 1e3},
+            "evictions": mem.evictions,
+            "preemptions": self.preemptions,
+            "expired": self.expired,
+            "chunks": self.chunks,
+            "memory": {"used_bytes": mem.used_bytes, "free_bytes": mem.free_bytes,
+                       "total_bytes": mem.capacity_bytes, "reserve_bytes": mem.reserve_bytes,
+                       "host_used_bytes": self.tiers.host.used_bytes,
+                       "host_budget_bytes": self.tiers.host.budget_bytes},
         }
 
     async def close(self) -> None:
@@ -176,95 +287,216 @@ class DeviceWorker:
             for p in entry.queue:
                 if not p.future.done():
                     p.future.set_exception(ModelNotLoaded("worker closed"))
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- loop -------------------------------------------------------------------------------
+    def _in_device_thread(self, fn, *args):
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
-    def _expire(self, now: float) -> None:
+    def snapshot(self) -> SchedulerSnapshot:
+        """The queues as the scheduling policy sees them (cancelled requests left out)."""
+        models = []
+        for key, entry in self._models.items():
+            entry.queue = [p for p in entry.queue if not p.future.done()]
+            name = str(key)
+            reqs = tuple(
+                RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows - p.done, p.done > 0)
+                for p in entry.queue
+            )
+            models.append(ModelView(
+                name, self.tiers.is_resident(name), reqs, entry.config.max_batch_size,
+                entry.config.batch_wait_ms / 1e3, entry.ewma_row_s,
+                self.tiers.swap_cost_s(name) if reqs else 0.0,
+            ))
+        return SchedulerSnapshot(
+            self._clock(), tuple(models), self._current, self._slice_start,
+            self.device.slice_ms / 1e3, self.device.chunk_size,
+        )
+
+    async def _run(self) -> None:
+        while not self._closed:
+            snap = self.snapshot()
+            decision = self.policy.decide(snap)
+            self._expire(decision.expired)
+            if decision.model is None:
+                self._wakeup.clear()
+                timeout = None if decision.wait_until is None else max(
+                    0.0, decision.wait_until - self._clock())
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                await self._step(decision)
+            except Exception as e:  # contained: fail this chunk's requests, keep serving
+                for p in self._chosen(decision):
+                    if not p.future.done():
+                        p.future.set_exception(e)
+
+    def _chosen(self, d: ScheduleDecision) -> list[_Pending]:
+        entry = self._models.get(self._by_name.get(d.model or "", ModelKey("", "")))
+        if entry is None:
+            return []
+        wanted = set(d.request_ids)
+        order = {rid: i for i, rid in enumerate(d.request_ids)}
+        return sorted((p for p in entry.queue if p.id in wanted), key=lambda p: order[p.id])
+
+    def _expire(self, ids: tuple[int, ...]) -> None:
+        if not ids:
+            return
+        wanted = set(ids)
         for entry in self._models.values():
             keep = []
             for p in entry.queue:
-                if p.future.done():
-                    continue
-                if p.deadline is not None and now >= p.deadline:
-                    p.future.set_exception(RequestExpired(f"{p.key}: deadline passed in queue"))
+                if p.id in wanted:
+                    if not p.future.done():
+                        p.future.set_exception(
+                            RequestExpired(f"{p.key}: deadline cannot be met (not run)"))
+                    self.expired += 1
                 else:
                     keep.append(p)
             entry.queue = keep
 
-    def _pick(self) -> ModelKey | None:
-        best: tuple | None = None
-        for key, entry in self._models.items():
-            for p in entry.queue:
-                rank = (p.priority, p.deadline if p.deadline is not None else float("inf"), p.arrival)
-                if best is None or rank < best[0]:
-                    best = (rank, key)
-        return best[1] if best else None
-
-    async def _run(self) -> None:
-        while not self._closed:
-            self._expire(self._clock())
-            key = self._pick()
-            if key is None:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            entry = self._models[key]
-            wait_s = entry.config.batch_wait_ms / 1000.0
-            if wait_s > 0 and sum(p.rows for p in entry.queue) < entry.config.max_batch_size:
-                await asyncio.sleep(wait_s)
-                self._expire(self._clock())
-                if key not in self._models or not self._models[key].queue:
-                    continue
-            batch, rows = [], 0
-            entry.queue.sort(key=lambda p: (p.priority, p.deadline or float("inf"), p.arrival))
-            while entry.queue and rows + entry.queue[0].rows <= entry.config.max_batch_size:
-                p = entry.queue.pop(0)
-                batch.append(p)
-                rows += p.rows
-            if not batch:  # one oversized request (validated upstream; guard anyway)
-                batch.append(entry.queue.pop(0))
-            await self._execute(entry, batch)
-
-    async def _execute(self, entry: _Entry, batch: list[_Pending]) -> None:
-        start = self._clock()
-        dev = self.device.torch_device
-        names = [t.name for t in entry.config.inputs]
+    async def _step(self, d: ScheduleDecision) -> None:
+        assert d.model is not None
+        key = self._by_name[d.model]
+        entry = self._models[key]
+        if self._last is not None and self._last != d.model and self._has_started(self._last):
+            self.preemptions += 1
+        self._last = d.model
+        queued = self._queued_classes()
         try:
-            args = [torch.cat([p.inputs[n] for p in batch]).to(dev) for n in names]
-
-            def _forward():
-                with torch.inference_mode():
-                    return entry.module(*args)
-
-            raw = await asyncio.to_thread(_forward)
-            outputs = _name_outputs(entry.config, raw)
-        except Exception as e:
-            for p in batch:
+            swap_s = await self.tiers.ensure(d.model, d.priority, queued)
+        except DeviceOutOfMemory as e:
+            for p in entry.queue:
                 if not p.future.done():
                     p.future.set_exception(e)
+            entry.queue.clear()
             return
-        end = self._clock()
-        rows = sum(p.rows for p in batch)
-        entry.ewma_row_s = 0.8 * entry.ewma_row_s + 0.2 * ((end - start) / max(rows, 1))
+        if d.model != self._current:
+            self._current = d.model
+            self._slice_start = self._clock()
+        if key not in self._models:
+            return  # removed while swapping in
+        parts = self._take_rows(self._chosen(d), d.chunk_rows)
+        if not parts:
+            return
+        await self._run_chunk(d, entry, parts, swap_s)
+
+    def _has_started(self, name: str) -> bool:
+        key = self._by_name.get(name)
+        entry = self._models.get(key) if key else None
+        return bool(entry and any(p.done > 0 and not p.future.done() for p in entry.queue))
+
+    def _queued_classes(self) -> dict[str, Priority]:
+        out = {}
+        for key, entry in self._models.items():
+            if entry.queue:
+                out[str(key)] = min(p.priority for p in entry.queue)
+        return out
+
+    @staticmethod
+    def _take_rows(chosen: list[_Pending], budget: int) -> list[tuple[_Pending, int, int]]:
+        parts = []
+        for p in chosen:
+            if budget <= 0:
+                break
+            n = min(p.rows - p.done, budget)
+            if n > 0:
+                parts.append((p, p.done, n))
+                budget -= n
+        return parts
+
+    async def _run_chunk(self, d, entry: _Entry, parts, swap_s: float) -> None:
+        name = d.model
+        module = self.tiers.module(name)
+        dev = self.device.torch_device
+        names = [t.name for t in entry.config.inputs]
+        rows = sum(n for _, _, n in parts)
+        args = [torch.cat([p.inputs[nm][s : s + n] for p, s, n in parts]) for nm in names]
+        stream = self._streams[d.priority] if self._streams else None
+        start = self._clock()
+        for p, _, _ in parts:
+            if p.first_start is None:
+                p.first_start = start
+        with self.tiers.memory.running(name):
+            t0 = time.perf_counter()
+            try:
+                raw = await self._in_device_thread(_forward, module, args, dev, stream)
+            except torch.cuda.OutOfMemoryError:
+                self.tiers.evict_idle(keep=name)  # evict and retry once, then give up
+                torch.cuda.empty_cache()
+                try:
+                    raw = await self._in_device_thread(_forward, module, args, dev, stream)
+                except torch.cuda.OutOfMemoryError as e:
+                    raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
+            compute_s = time.perf_counter() - t0
+        self.chunks += 1
+        self.tiers.memory.touch(name)
+        outputs = _name_outputs(entry.config, raw)
+        entry.ewma_row_s = 0.8 * entry.ewma_row_s + 0.2 * (compute_s / max(rows, 1))
         offset = 0
-        for p in batch:
-            part = {k: v[offset : offset + p.rows].cpu() for k, v in outputs.items()}
-            offset += p.rows
-            if not p.future.done():
-                p.future.set_result(
-                    WorkResult(part, (start - p.arrival) * 1e3, (end - start) * 1e3, 0.0, rows,
-                               self.device.label)
-                )
+        for p, _, n in parts:
+            p.parts.append({k: v[offset : offset + n] for k, v in outputs.items()})
+            offset += n
+            p.done += n
+            p.compute_s += compute_s
+            p.swap_s += swap_s
+            p.batch = max(p.batch, rows)
+            if p.done >= p.rows:
+                self._finish(p)
+        entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
+
+    def _finish(self, p: _Pending) -> None:
+        if p.future.done():
+            return
+        outs = {k: torch.cat([part[k] for part in p.parts]) if len(p.parts) > 1 else p.parts[0][k]
+                for k in p.parts[0]}
+        queue_ms = ((p.first_start or p.arrival) - p.arrival) * 1e3
+        p.future.set_result(WorkResult(outs, queue_ms, p.compute_s * 1e3, p.swap_s * 1e3,
+                                       p.batch, self.device.label))
 
 
-def _dummy_inputs(config: ModelConfig, device: str) -> list[torch.Tensor]:
-    return [
-        torch.zeros((1, *[d if d > 0 else 1 for d in spec.shape]), dtype=getattr(torch, spec.numpy_dtype), device=device)
+def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream) -> object:
+    with torch.inference_mode():
+        if stream is None:
+            out = module(*[a.to(dev) for a in args])
+            return _to_cpu(out)
+        with torch.cuda.stream(stream):
+            out = module(*[a.to(dev, non_blocking=True) for a in args])
+            out = _to_cpu(out)
+        stream.synchronize()
+        return out
+
+
+def _to_cpu(raw):
+    if isinstance(raw, torch.Tensor):
+        return raw.cpu()
+    if isinstance(raw, dict):
+        return {k: v.cpu() for k, v in raw.items()}
+    return tuple(v.cpu() for v in raw)
+
+
+def _class_streams(device: DeviceSpec) -> dict[Priority, torch.cuda.Stream]:
+    low, high = torch.cuda.Stream.priority_range()  # e.g. (0, -5): lower number = more urgent
+    levels = {Priority.REALTIME: high, Priority.INTERACTIVE: (low + high) // 2,
+              Priority.BATCH: low, Priority.BACKGROUND: low}
+    return {cls: torch.cuda.Stream(device.torch_device, priority=lvl) for cls, lvl in levels.items()}
+
+
+def _warm_up(module: nn.Module, config: ModelConfig) -> None:
+    args = [
+        torch.zeros((1, *[d if d > 0 else 1 for d in spec.shape]),
+                    dtype=getattr(torch, spec.numpy_dtype))
         for spec in config.inputs
     ]
+    with torch.inference_mode():
+        _name_outputs(config, module(*args))
 
 
 def _name_outputs(config: ModelConfig, raw) -> dict[str, torch.Tensor]:

@@ -1,0 +1,224 @@
+"""Tiers of one device: disk -> host (pinned on CUDA) -> device, and the swaps between them.
+
+Swap-in copies the host buffer into a device region (on CUDA a non-blocking copy on a separate
+copy stream, waited on off the event loop) and re-points the module at it; nothing is re-read
+from disk while the host tier holds the model. Swap-out re-points the module at its host buffer
+and frees the region; nothing is copied back (inference weights do not change). When the host
+tier drops a model, its next swap-in calls the loader again (a disk load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import torch
+from torch import nn
+
+from policies.eviction import EvictionPolicy
+from policies.priority import Priority
+from pool._private.device_memory import ArenaMemory, CudaMemory, DeviceMemory, HostMemory
+from pool._private.host_tier import HostTier
+from pool._private.memory import MemoryManager
+from pool._private.weights import PackedModel, bind, pack
+from pool.device import DeviceSpec
+
+__all__ = ["SwapStats", "Residency", "memory_for"]
+
+
+def memory_for(device: DeviceSpec) -> DeviceMemory:
+    """The device memory a spec describes (arena on a CPU budget, host without one)."""
+    if device.kind == "cuda":
+        return CudaMemory(device.torch_device, device.memory_budget_bytes)
+    if device.memory_budget_bytes is None:
+        return HostMemory()
+    return ArenaMemory(device.memory_budget_bytes)
+
+
+@dataclass(slots=True)
+class SwapStats:
+    swaps: int = 0
+    swap_bytes: int = 0
+    swap_s: float = 0.0
+    swap_outs: int = 0
+    disk_loads: int = 0
+    disk_load_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Tiered:
+    loader: Callable[[], nn.Module]
+    priority: Priority
+    packed: PackedModel | None = None  # None: on disk only
+    nbytes: int = 0
+    load_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class Residency:
+    """Owns the tiers of one device's models; all methods run on the worker's event loop."""
+
+    def __init__(
+        self,
+        device: DeviceSpec,
+        *,
+        memory: DeviceMemory | None = None,
+        eviction: EvictionPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        executor: Executor | None = None,
+    ) -> None:
+        self.device = device
+        self._executor = executor  # where copies run (None: asyncio's default pool)
+        self._cuda = device.kind == "cuda"
+        self.memory = MemoryManager(
+            memory or memory_for(device), reserve_bytes=device.reserve_bytes, policy=eviction,
+            clock=clock,
+        )
+        self.host = HostTier(device.host_budget_bytes)
+        self.stats = SwapStats()
+        self._models: dict[str, _Tiered] = {}
+        self._copy_stream = torch.cuda.Stream(device.torch_device) if self._cuda else None
+        self._bandwidth = 2e9  # bytes/s, refined by measured swaps (EWMA)
+        self._inflight: dict[str, asyncio.Future] = {}
+
+    # -- registration -----------------------------------------------------------------------
+    def register(self, key: str, loader: Callable[[], nn.Module], priority: Priority,
+                 packed: PackedModel, load_s: float) -> None:
+        self._models[key] = _Tiered(loader, priority, packed, packed.nbytes, load_s)
+        self._host_add(key)
+
+    def forget(self, key: str) -> None:
+        if self.memory.is_resident(key):
+            self.memory.release(key)
+        self.host.remove(key)
+        self._models.pop(key, None)
+
+    def module(self, key: str) -> nn.Module:
+        packed = self._models[key].packed
+        assert packed is not None, f"{key} is not loaded"
+        return packed.module
+
+    def nbytes(self, key: str) -> int:
+        return self._models[key].nbytes
+
+    def is_resident(self, key: str) -> bool:
+        """Resident and usable (not still being copied in)."""
+        return self.memory.is_resident(key) and key not in self._inflight
+
+    def host_keys(self) -> list[str]:
+        return self.host.keys()
+
+    def swap_cost_s(self, key: str) -> float:
+        """Estimated time to make ``key`` resident (0 when it is)."""
+        if self.memory.is_resident(key):
+            return 0.0
+        m = self._models[key]
+        cost = m.nbytes / self._bandwidth
+        return cost if key in self.host else cost + m.load_s
+
+    # -- swaps ------------------------------------------------------------------------------
+    async def load(self, loader: Callable[[], nn.Module]) -> tuple[PackedModel, float]:
+        """Disk -> host: call the loader off the loop and pack the weights (pinned on CUDA)."""
+
+        def _load() -> PackedModel:
+            return pack(loader().eval(), pin=self._cuda)
+
+        start = time.perf_counter()
+        packed = await asyncio.to_thread(_load)
+        return packed, time.perf_counter() - start
+
+    async def ensure(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
+        """Make ``key`` resident; returns seconds spent (0 if it already was).
+
+        Raises DeviceOutOfMemory when it cannot be made to fit.
+        """
+        inflight = self._inflight.get(key)
+        if inflight is not None:  # another caller is swapping it in: share that swap
+            await asyncio.shield(inflight)
+            return 0.0
+        if self.memory.is_resident(key):
+            self.memory.touch(key)
+            self.host.touch(key)
+            return 0.0
+        task = asyncio.ensure_future(self._swap_in(key, priority, queued))
+        self._inflight[key] = task
+        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _swap_in(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
+        m = self._models[key]
+        start = time.perf_counter()
+        self.memory.pin(key)
+        try:
+            if m.packed is None:  # the host tier dropped it: back from disk
+                packed, load_s = await self.load(m.loader)
+                m.packed, m.load_s, m.nbytes = packed, load_s, packed.nbytes
+                self.stats.disk_loads += 1
+                self.stats.disk_load_s += load_s
+                self._host_add(key)
+            copy_start = time.perf_counter()
+            region = self.memory.admit(
+                key, m.nbytes, priority=min(priority, m.priority),
+                reload_cost_s=self.swap_cost_s(key), queued=queued, evict=self.swap_out,
+            )
+            if region.tensor is not None:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._copy_in, m.packed, region.tensor)
+            copied = time.perf_counter() - copy_start
+        finally:
+            self.memory.unpin(key)
+        if region.tensor is not None and copied > 0:
+            self._bandwidth = 0.7 * self._bandwidth + 0.3 * (m.nbytes / copied)
+        elapsed = time.perf_counter() - start
+        self.stats.swaps += 1
+        self.stats.swap_bytes += m.nbytes
+        self.stats.swap_s += elapsed
+        return elapsed
+
+    def _copy_in(self, packed: PackedModel, dst: torch.Tensor) -> None:
+        assert packed.host is not None
+        src = packed.host
+        if self._copy_stream is not None:
+            with torch.cuda.stream(self._copy_stream):
+                dst[: packed.nbytes].copy_(src, non_blocking=True)
+            self._copy_stream.synchronize()
+        else:
+            dst[: packed.nbytes].copy_(src)
+        bind(packed, dst)
+
+    def swap_out(self, key: str) -> None:
+        """Device -> host (no copy back); to disk when the host tier no longer holds it."""
+        m = self._models.get(key)
+        self.stats.swap_outs += 1
+        if m is None or m.packed is None:
+            return
+        if m.packed.host is not None:
+            bind(m.packed, m.packed.host)
+        else:
+            m.packed = None  # host copy gone: the next use loads from disk
+
+    def evict_idle(self, keep: str | None = None) -> int:
+        """Evict every model not running or pinned (CUDA OOM recovery)."""
+        return self.memory.evict_idle(self.swap_out, keep=keep)
+
+    def _host_add(self, key: str) -> None:
+        m = self._models[key]
+        for dropped in self.host.add(key, m.nbytes, protect=self._host_protected()):
+            d = self._models.get(dropped)
+            if d is None or d.packed is None:
+                continue
+            if self.memory.is_resident(dropped) and self._host_is_device():
+                continue  # its host buffer *is* its device copy
+            if self.memory.is_resident(dropped):
+                d.packed.host = None  # device copy stays; evicting it later means a disk load
+            else:
+                d.packed = None
+
+    def _host_protected(self) -> list[str]:
+        return self.memory.resident_keys() if self._host_is_device() else []
+
+    def _host_is_device(self) -> bool:
+        return isinstance(self.memory.memory, HostMemory)

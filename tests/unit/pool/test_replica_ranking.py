@@ -1,0 +1,82 @@
+"""Replica ranking (pure) and the Ray Serve request router built on it (no cluster started)."""
+
+import pytest
+
+from policies.priority import Priority
+from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
+
+R, I = Priority.REALTIME, Priority.INTERACTIVE
+
+
+def rv(id, resident=(), hosted=(), delays=(0.0, 0.0, 0.0, 0.0)):
+    return ReplicaView(id, frozenset(resident), frozenset(hosted), delays)
+
+
+def test_resident_first_then_host_tier_then_shortest_wait():
+    replicas = [
+        rv("cold-fast", delays=(0.0,) * 4),
+        rv("hosted", hosted={"a@1"}, delays=(0.5,) * 4),
+        rv("resident-slow", resident={"a@1"}, delays=(0.9,) * 4),
+        rv("resident-fast", resident={"a@1"}, delays=(0.1,) * 4),
+    ]
+    assert rank_replicas(replicas, RouteTarget("a", "1")) == [
+        ["resident-fast"], ["resident-slow"], ["hosted"], ["cold-fast"]]
+
+
+def test_wait_is_read_for_the_requests_priority():
+    replicas = [rv("x", {"a@1"}, delays=(0.0, 5.0, 5.0, 5.0)), rv("y", {"a@1"}, delays=(1.0,) * 4)]
+    assert rank_replicas(replicas, RouteTarget("a", priority=R))[0] == ["x"]
+    assert rank_replicas(replicas, RouteTarget("a", priority=I))[0] == ["y"]
+
+
+def test_equal_waits_share_a_rank_and_unknown_replicas_go_last():
+    replicas = [rv("b", {"a@2"}), rv("a", {"a@2"}), ReplicaView("new")]
+    assert rank_replicas(replicas, RouteTarget("a")) == [["a", "b"], ["new"]]
+
+
+def test_version_must_match_when_given():
+    replicas = [rv("v1", {"a@1"}, delays=(0.0,) * 4), rv("v2", {"a@2"}, delays=(0.5,) * 4)]
+    assert rank_replicas(replicas, RouteTarget("a", "2"))[0] == ["v2"]
+
+
+def test_request_router_ranks_real_running_replicas():
+    serve_common = pytest.importorskip("ray.serve._private.common")
+    from ray.serve.request_router import PendingRequest, RunningReplica
+
+    from pool._private.worker import RoutingStats
+    from pool.request_router import TimeshareRequestRouter, route_target
+
+    dep = serve_common.DeploymentID(name="pool", app_name="timeshare")
+
+    class OfflineReplica(RunningReplica):
+        """The real replica interface without an actor lookup (no cluster in unit tests)."""
+
+        def __init__(self, info):
+            self._replica_info = info
+            self._multiplexed_model_ids = set()
+
+    def replica(uid, resident, delay):
+        stats = RoutingStats("cpu", frozenset(resident), (delay,) * 4, (0,) * 4, 10, 100)
+        info = serve_common.RunningReplicaInfo(
+            replica_id=serve_common.ReplicaID(uid, deployment_id=dep), node_id="n",
+            node_ip="127.0.0.1", availability_zone=None, actor_name=uid,
+            max_ongoing_requests=8, routing_stats=stats.to_dict())
+        return OfflineReplica(info)
+
+    def pending(args, kwargs):
+        return PendingRequest(args=args, kwargs=kwargs, metadata=None)
+
+    assert route_target(pending([{"model": "a", "priority": "realtime"}], {})) == RouteTarget(
+        "a", None, R)
+    assert route_target(pending([], {"model": "a", "version": 3})) == RouteTarget("a", "3", I)
+    assert route_target(pending([b"raw"], {})) == RouteTarget(None)
+
+    async def choose():
+        router = TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN)
+        reps = [replica("r1", [], 0.0), replica("r2", ["a@1"], 0.3)]
+        ranks = await router.choose_replicas(reps, pending([{"model": "a"}], {}))
+        return [[r.replica_id.unique_id for r in rank] for rank in ranks]
+
+    import asyncio
+
+    assert asyncio.run(choose()) == [["r2"], ["r1"]]

@@ -1,0 +1,144 @@
+"""Scheduling policy (pure, fake clock): classes, aging, EDF, batching, chunks, slices, expiry."""
+
+import pytest
+
+from policies.priority import Priority
+from policies.scheduling import (
+    FifoSchedulingPolicy,
+    ModelView,
+    PrioritySchedulingPolicy,
+    RequestView,
+    SchedulerSnapshot,
+    get_scheduling_policy,
+)
+
+R, I, B, G = Priority.REALTIME, Priority.INTERACTIVE, Priority.BATCH, Priority.BACKGROUND
+NOW = 100.0
+
+
+def req(id, priority=I, *, deadline=None, arrival=NOW, rows=1, started=False):
+    return RequestView(id, priority, deadline, arrival, rows, started)
+
+
+def model(key, *reqs, resident=True, max_batch=32, wait=0.0, row_cost=0.0):
+    return ModelView(key, resident, tuple(reqs), max_batch, wait, row_cost, 0.0 if resident else 0.1)
+
+
+def snap(*models, now=NOW, current=None, slice_start=NOW, slice_s=0.05, chunk=16):
+    return SchedulerSnapshot(now, tuple(models), current, slice_start, slice_s, chunk)
+
+
+policy = PrioritySchedulingPolicy(aging_s=2.0, soft_deadline_s=8.0)
+
+
+def test_idle_when_nothing_queued():
+    d = policy.decide(snap(model("a")))
+    assert d.model is None and d.wait_until is None
+
+
+def test_higher_class_first_regardless_of_arrival():
+    d = policy.decide(snap(model("bg", req(1, G, arrival=NOW - 1)), model("rt", req(2, R))))
+    assert d.model == "rt" and d.request_ids == (2,) and d.priority == R
+
+
+def test_earliest_deadline_first_within_a_class():
+    d = policy.decide(snap(
+        model("late", req(1, I, deadline=NOW + 5, arrival=NOW - 1)),
+        model("soon", req(2, I, deadline=NOW + 1)),
+    ))
+    assert d.model == "soon"
+
+
+def test_aging_promotes_a_waiting_request_one_class_per_aging_period():
+    old_bg = req(1, G, arrival=NOW - 4.5)  # two periods waited: background -> interactive
+    d = policy.decide(snap(model("bg", old_bg), model("batch", req(2, B))))
+    assert d.model == "bg" and d.priority == I
+    assert policy.effective_class(old_bg, NOW) == I
+    assert policy.effective_class(req(3, G, arrival=NOW - 100), NOW) == R
+
+
+def test_aged_request_eventually_beats_fresh_realtime_work():
+    starving = req(1, G, arrival=NOW - 9.0)  # soft deadline arrival+8 s is already past
+    fresh_rt = req(2, R, deadline=NOW + 0.5)
+    d = policy.decide(snap(model("bg", starving), model("rt", fresh_rt)))
+    assert d.model == "bg"
+
+
+def test_expired_and_hopeless_requests_are_not_run():
+    d = policy.decide(snap(model(
+        "a",
+        req(1, deadline=NOW - 0.001),            # past
+        req(2, deadline=NOW + 0.005, rows=10),   # 10 rows * 1 ms > 5 ms left
+        req(3, deadline=NOW + 1.0, rows=10),
+        row_cost=0.001,
+    )))
+    assert set(d.expired) == {1, 2}
+    assert d.model == "a" and d.request_ids == (3,)
+
+
+def test_dynamic_batching_takes_requests_up_to_max_batch_in_rank_order():
+    reqs = [req(i, I, deadline=NOW + 10 - i, rows=10) for i in range(5)]
+    d = policy.decide(snap(model("a", *reqs, max_batch=32)))
+    assert d.request_ids == (4, 3, 2, 1) and d.rows == 32  # the 4th is split
+
+
+def test_waits_for_a_batch_to_fill_until_the_oldest_has_waited_batch_wait():
+    m = model("a", req(1, arrival=NOW - 0.001), wait=0.005)
+    d = policy.decide(snap(m))
+    assert d.model is None and d.wait_until == pytest.approx(NOW + 0.004)
+    d = policy.decide(snap(m, now=NOW + 0.004))
+    assert d.model == "a"
+
+
+def test_full_batch_does_not_wait():
+    d = policy.decide(snap(model("a", req(1, rows=32), wait=1.0)))
+    assert d.model == "a"
+
+
+def test_non_realtime_batches_run_in_chunks_realtime_whole():
+    d = policy.decide(snap(model("bg", req(1, G, rows=64), max_batch=64), chunk=16))
+    assert d.rows == 64 and d.chunk_rows == 16
+    d = policy.decide(snap(model("rt", req(1, R, rows=64), max_batch=64), chunk=16))
+    assert d.chunk_rows == 64
+
+
+def test_preemption_bound_realtime_runs_at_the_next_chunk_boundary():
+    # A background batch is mid-way (started); a realtime request arrives: the very next decision
+    # serves it, so it waited for at most the one chunk that was running.
+    bg = model("bg", req(1, G, rows=48, started=True, arrival=NOW - 0.01), max_batch=64)
+    d = policy.decide(snap(bg, model("rt", req(2, R)), current="bg", slice_start=NOW - 0.001))
+    assert d.model == "rt"
+
+
+def test_time_slice_keeps_a_resident_model_instead_of_swapping():
+    cur = model("cur", req(1, I, arrival=NOW - 0.002, deadline=NOW + 2))
+    other = model("other", req(2, I, arrival=NOW - 0.5, deadline=NOW + 1), resident=False)
+    d = policy.decide(snap(cur, other, current="cur", slice_start=NOW - 0.01, slice_s=0.05))
+    assert d.model == "cur" and d.reason == "slice"
+    # slice used up: the better-ranked model gets the device (and a swap)
+    d = policy.decide(snap(cur, other, current="cur", slice_start=NOW - 0.06, slice_s=0.05))
+    assert d.model == "other"
+
+
+def test_slice_does_not_hold_back_a_more_urgent_class_or_a_resident_model():
+    cur = model("cur", req(1, G))
+    rt_swap = model("rt", req(2, R), resident=False)
+    assert policy.decide(snap(cur, rt_swap, current="cur")).model == "rt"
+    other_resident = model("other", req(3, G, arrival=NOW - 1))
+    assert policy.decide(snap(cur, other_resident, current="cur")).model == "other"
+
+
+def test_fifo_ignores_classes_and_runs_whole_batches():
+    fifo = FifoSchedulingPolicy()
+    d = fifo.decide(snap(model("bg", req(1, G, rows=64, arrival=NOW - 1), max_batch=64),
+                         model("rt", req(2, R))))
+    assert d.model == "bg" and d.chunk_rows == 64
+
+
+def test_registry():
+    assert isinstance(get_scheduling_policy("fifo"), FifoSchedulingPolicy)
+    assert get_scheduling_policy("priority", aging_s=1.0).aging_s == 1.0
+    with pytest.raises(ValueError, match="fifo, priority"):
+        get_scheduling_policy("lottery")
+    with pytest.raises(ValueError, match="aging_s"):
+        PrioritySchedulingPolicy(aging_s=0)

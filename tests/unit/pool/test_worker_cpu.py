@@ -1,0 +1,181 @@
+"""The real DeviceWorker on CPU with a budget-limited arena and tiny real torch models."""
+
+import asyncio
+
+import pytest
+import torch
+from torch import nn
+
+from policies.priority import Priority
+from pool._private.worker import DeviceWorker, ModelKey
+from pool.config import ModelConfig
+from pool.device import DeviceSpec
+from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired
+
+R, I, G = Priority.REALTIME, Priority.INTERACTIVE, Priority.BACKGROUND
+HIDDEN = 64
+MODEL_BYTES = 5 * 1024  # Linear(16,64)+Linear(64,4) packed with alignment: ~5.4 KB
+
+
+def config(name, max_batch=64):
+    return ModelConfig(
+        name=name, inputs=[{"name": "x", "dtype": "FP32", "shape": [16]}],
+        outputs=[{"name": "y", "dtype": "FP32", "shape": [4]}],
+        max_batch_size=max_batch, batch_wait_ms=0,
+    )
+
+
+class Loader:
+    """Builds a seeded MLP (optionally TorchScript); counts disk loads."""
+
+    def __init__(self, seed, script=False):
+        self.seed, self.script, self.calls = seed, script, 0
+
+    def build(self):
+        torch.manual_seed(self.seed)
+        m = nn.Sequential(nn.Linear(16, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 4)).eval()
+        return torch.jit.script(m) if self.script else m
+
+    def __call__(self):
+        self.calls += 1
+        return self.build()
+
+
+def key(i):
+    return ModelKey(f"m{i}", "1")
+
+
+@pytest.fixture
+async def make_worker():
+    workers = []
+
+    def _make(models_fit=2, host_budget=None, chunk=16, scheduler="priority"):
+        w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=models_fit * 6 * 1024,
+                                    host_budget_bytes=host_budget, chunk_size=chunk),
+                         scheduler=scheduler)
+        workers.append(w)
+        return w
+
+    yield _make
+    for w in workers:
+        await w.close()
+        assert w._loop_task is None or w._loop_task.done()  # no leaked loop task
+
+
+async def add(w, n, script=False):
+    loaders = [Loader(i, script) for i in range(n)]
+    for i, ld in enumerate(loaders):
+        await w.add_model(key(i), config(f"m{i}"), ld)
+    return loaders
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["eager", "torchscript"])
+async def test_more_models_than_fit_swap_through_the_arena_with_correct_outputs(make_worker, script):
+    w = make_worker(models_fit=2)
+    loaders = await add(w, 5, script)
+    x = torch.randn(8, 16)
+    for rnd in range(2):
+        for i, ld in enumerate(loaders):
+            r = await w.infer(key(i), {"x": x})
+            assert torch.allclose(r.outputs["y"], ld.build()(x), atol=1e-6)
+            assert len(w.status()["resident"]) <= 2
+    st = w.status()
+    assert st["swaps"]["count"] >= 8 and st["swaps"]["bytes"] >= 8 * MODEL_BYTES
+    assert st["swaps"]["disk_loads"] == 0  # host tier unbounded: disk read once per model
+    assert all(ld.calls == 1 for ld in loaders)
+    assert st["memory"]["used_bytes"] <= st["memory"]["total_bytes"]
+    assert st["host_tier"] == sorted(str(key(i)) for i in range(5))
+
+
+async def test_bounded_host_tier_goes_back_to_disk(make_worker):
+    w = make_worker(models_fit=1, host_budget=2 * 6 * 1024)
+    loaders = await add(w, 4)
+    assert len(w.status()["host_tier"]) <= 2
+    x = torch.randn(3, 16)
+    for i, ld in enumerate(loaders):
+        r = await w.infer(key(i), {"x": x})
+        assert torch.allclose(r.outputs["y"], ld.build()(x), atol=1e-6)
+    assert w.status()["swaps"]["disk_loads"] >= 1
+    assert sum(ld.calls for ld in loaders) == 4 + w.status()["swaps"]["disk_loads"]
+
+
+async def test_realtime_waits_one_chunk_and_evicts_busy_background_model(make_worker):
+    w = make_worker(models_fit=1, chunk=16)
+    loaders = await add(w, 2)
+    big = torch.randn(64 * 4, 16)
+    bg = [asyncio.create_task(w.infer(key(0), {"x": big[i * 64:(i + 1) * 64]}, priority=G))
+          for i in range(4)]
+    while w.chunks < 1:
+        await asyncio.sleep(0.0005)
+    x = torch.randn(2, 16)
+    rt = await w.infer(key(1), {"x": x}, priority=R)
+    assert torch.allclose(rt.outputs["y"], loaders[1].build()(x), atol=1e-6)
+    assert sum(t.done() for t in bg) <= 1  # realtime did not wait for the background queue
+    assert w.status()["preemptions"] == 1
+    results = await asyncio.gather(*bg)
+    for i, r in enumerate(results):  # background resumed after being swapped back in
+        assert torch.allclose(r.outputs["y"], loaders[0].build()(big[i * 64:(i + 1) * 64]),
+                              atol=1e-6)
+    assert w.status()["swaps"]["outs"] >= 2
+
+
+async def test_fifo_scheduler_makes_realtime_wait_for_whole_background_batches(make_worker):
+    w = make_worker(models_fit=2, scheduler="fifo")
+    await add(w, 2)
+    big = torch.randn(64, 16)
+    bg = [asyncio.create_task(w.infer(key(0), {"x": big}, priority=G)) for _ in range(3)]
+    while w.chunks < 1:
+        await asyncio.sleep(0.0005)
+    await w.infer(key(1), {"x": big[:1]}, priority=R)
+    assert all(t.done() for t in bg)  # FIFO: everything queued earlier ran first
+    await asyncio.gather(*bg)
+    assert w.status()["preemptions"] == 0
+
+
+async def test_past_deadline_is_expired_not_run(make_worker):
+    w = make_worker()
+    await add(w, 1)
+    with pytest.raises(RequestExpired, match="m0@1"):
+        await w.infer(key(0), {"x": torch.randn(1, 16)}, deadline=w._clock() - 0.01)
+    assert w.status()["expired"] == 1 and w.status()["chunks"] == 0
+
+
+async def test_model_bigger_than_the_device_raises_device_out_of_memory(make_worker):
+    w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=2048))
+    try:
+        await add(w, 1)
+        with pytest.raises(DeviceOutOfMemory, match="m0@1 needs"):
+            await w.infer(key(0), {"x": torch.randn(1, 16)})
+    finally:
+        await w.close()
+
+
+async def test_unknown_and_removed_models(make_worker):
+    w = make_worker()
+    with pytest.raises(ModelNotLoaded):
+        await w.infer(key(9), {"x": torch.randn(1, 16)})
+    await add(w, 1)
+    assert w.has_model(key(0))
+    await w.remove_model(key(0))
+    assert not w.has_model(key(0)) and w.status()["resident"] == []
+    assert w.status()["memory"]["used_bytes"] == 0
+
+
+async def test_broken_model_raises_model_load_error(make_worker):
+    w = make_worker()
+
+    def broken():
+        return nn.Linear(3, 4)  # config says 16 inputs
+
+    with pytest.raises(ModelLoadError, match="m0@1.*warm-up failed"):
+        await w.add_model(key(0), config("m0"), broken)
+    assert not w.has_model(key(0))
+
+
+async def test_routing_stats_report_residency_queue_and_memory(make_worker):
+    w = make_worker(models_fit=1)
+    await add(w, 2)
+    s = w.routing_stats()
+    assert s.resident == frozenset({"m0@1"}) and s.hosted == frozenset({"m0@1", "m1@1"})
+    assert s.memory_total_bytes == 6 * 1024 and 0 < s.memory_free_bytes < 6 * 1024
+    assert s.queue_depth == (0, 0, 0, 0)
