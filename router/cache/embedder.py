@@ -48,7 +48,10 @@ class MiniLMEmbedder(Embedder):
 
     def __init__(self, model: Any) -> None:
         self._model = model
-        self._dim = int(model.get_sentence_embedding_dimension())
+        dim = getattr(model, "get_embedding_dimension", None) or (
+            model.get_sentence_embedding_dimension  # sentence-transformers < 6
+        )
+        self._dim = int(dim())
 
     @classmethod
     def load(cls, *, device: str = "cpu") -> "MiniLMEmbedder":

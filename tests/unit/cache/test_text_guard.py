@@ -12,6 +12,8 @@ from router.cache._private.text_guard import compatible
         ("Isn't it open?", "Is it not open?"),
         ("Book two tickets", "Book 2 tickets"),
         ("Pay 1,000 euros", "pay 1000 euros"),
+        ("Show me flights from Boston to Chicago", "Find flights from Boston to Chicago"),
+        ("My card was stolen", "My credit card was stolen"),
     ],
 )
 def test_compatible(a, b):
@@ -27,6 +29,10 @@ def test_compatible(a, b):
         ("I can log in", "I can't log in"),
         ("Book two tickets", "Book three tickets"),
         ("Room 12 then room 21", "Room 21 then room 12"),
+        ("Convert dollars to euros", "Convert euros to dollars"),
+        ("Flights from Boston to Chicago", "Flights from Chicago to Boston"),
+        ("Subscribe me to the newsletter", "Unsubscribe me from the newsletter"),
+        ("I like this", "I dislike this"),
     ],
 )
 def test_incompatible(a, b):
