@@ -15,10 +15,10 @@ from router.cache.facade import Compute, ResultCache
 from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings, CacheTier
 
 __all__ = [
-    "CachedAnswer",
     "CacheOutcome",
     "CacheSettings",
     "CacheTier",
+    "CachedAnswer",
     "Compute",
     "Embedder",
     "MiniLMEmbedder",

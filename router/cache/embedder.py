@@ -54,7 +54,7 @@ class MiniLMEmbedder(Embedder):
         self._dim = int(dim())
 
     @classmethod
-    def load(cls, *, device: str = "cpu") -> "MiniLMEmbedder":
+    def load(cls, *, device: str = "cpu") -> MiniLMEmbedder:
         """Load the bundled model from the installed package; never contacts the hub."""
         # The bundled directory is complete; these make any accidental hub lookup fail fast
         # instead of hanging on a machine without network.

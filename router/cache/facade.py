@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from router.cache.embedder import Embedder
 from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings
 from router.schemas import CacheControl
 
-__all__ = ["ResultCache", "Compute"]
+__all__ = ["Compute", "ResultCache"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,18 @@ _MEMORY = CacheOutcome("memory")
 _MISS = CacheOutcome("miss")
 _BYPASS = CacheOutcome("bypass")
 _REDIS = CacheOutcome("redis")
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What one ``get_or_compute`` call is about, passed between its steps."""
+
+    key: str
+    model: str
+    version: str
+    text: str | None
+    policy: CacheConfig
+    control: CacheControl
 
 
 def _frozen(answer: CachedAnswer) -> CachedAnswer:
@@ -117,11 +129,12 @@ class ResultCache:
             answer, _ = await compute()
             return answer, _OFF
         key = cache_key(self._settings.key_prefix, model, version, inputs)
+        req = _Request(key, model, version, text, policy, control)
         if control.skip_read:
             self._counters.inc("skip_read")
             answer, cacheable = await compute()
             if not control.skip_write:
-                await self._fill(key, model, version, text, policy, answer, cacheable, None)
+                await self._fill(req, answer, cacheable, None)
             return answer, _OFF
         hit = self._memory.get(key)
         if hit is not None:
@@ -131,7 +144,7 @@ class ResultCache:
         flight = key if not control.skip_write else key + "|no-write"
         (answer, outcome), shared = await self._flights.run(
             flight,
-            lambda: self._lookup_or_compute(key, model, version, text, policy, control, compute),
+            lambda: self._lookup_or_compute(req, compute),
         )
         if shared:
             self._counters.inc("single_flight.shared")
@@ -139,15 +152,9 @@ class ResultCache:
         return answer, outcome
 
     async def _lookup_or_compute(
-        self,
-        key: str,
-        model: str,
-        version: str,
-        text: str | None,
-        policy: CacheConfig,
-        control: CacheControl,
-        compute: Compute,
+        self, req: _Request, compute: Compute
     ) -> tuple[CachedAnswer, CacheOutcome]:
+        key, model, version, text, policy = req.key, req.model, req.version, req.text, req.policy
         bypassed = False
         if self._redis is not None:
             payload = await self._redis.get(key)
@@ -167,10 +174,13 @@ class ResultCache:
                 threshold = self._settings.semantic_threshold
             try:
                 res = await self._semantic.lookup(
-                    model=model, version=version, text=text, threshold=threshold,
+                    model=model,
+                    version=version,
+                    text=text,
+                    threshold=threshold,
                     ttl_s=policy.ttl_s,
                 )
-            except Exception:  # noqa: BLE001 - a broken store must not fail the request
+            except Exception:
                 log.exception("semantic cache lookup failed for %s@%s", model, version)
                 self._counters.inc("semantic.error")
             else:
@@ -182,8 +192,8 @@ class ResultCache:
                 vec = res.embedding
         self._counters.inc("compute")
         answer, cacheable = await compute()
-        if not control.skip_write:
-            await self._fill(key, model, version, text, policy, answer, cacheable, vec)
+        if not req.control.skip_write:
+            await self._fill(req, answer, cacheable, vec)
         return answer, (_BYPASS if bypassed else _MISS)
 
     def _from_redis(self, key: str, payload: bytes, policy: CacheConfig) -> CachedAnswer | None:
@@ -200,16 +210,9 @@ class ResultCache:
         return answer
 
     async def _fill(
-        self,
-        key: str,
-        model: str,
-        version: str,
-        text: str | None,
-        policy: CacheConfig,
-        answer: CachedAnswer,
-        cacheable: bool,
-        vec: np.ndarray | None,
+        self, req: _Request, answer: CachedAnswer, cacheable: bool, vec: np.ndarray | None
     ) -> None:
+        key, model, version, text, policy = req.key, req.model, req.version, req.text, req.policy
         if not cacheable:
             self._counters.inc("skip.uncacheable")
             return
@@ -249,7 +252,7 @@ class ResultCache:
                     model=model, version=version, text=text, embedding=vec, payload=payload
                 )
                 self._counters.inc("semantic.write")
-            except Exception:  # noqa: BLE001 - background work logs and carries on
+            except Exception:
                 log.exception("semantic cache write failed for %s@%s", model, version)
                 self._counters.inc("semantic.error")
 
@@ -339,6 +342,11 @@ class ResultCache:
     def redis_available(self) -> bool | None:
         """None without Redis; otherwise whether the Redis tier is currently used."""
         return None if self._redis is None else self._redis.availability.up
+
+    @property
+    def idle(self) -> bool:
+        """True when no lookup/compute is in flight and no background write is pending."""
+        return len(self._flights) == 0 and not self._pending
 
     def clear_memory(self) -> None:
         """Drop the in-process tier (e.g. in tests or after a bulk model change)."""

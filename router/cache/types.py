@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["CacheTier", "CachedAnswer", "CacheOutcome", "CacheSettings"]
+__all__ = ["CacheOutcome", "CacheSettings", "CacheTier", "CachedAnswer"]
 
 CacheTier = Literal["memory", "redis", "semantic", "miss", "bypass", "off"]
 
@@ -52,42 +52,63 @@ class CacheSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     redis_url: str | None = Field(
-        None, description="Redis URL for the shared exact tier; in-process only when omitted."
+        default=None,
+        description="Redis URL for the shared exact tier; in-process only when omitted.",
     )
     redis_timeout_s: float = Field(
-        0.05, gt=0, le=5, description="Connect and per-command timeout; slower = tier bypassed."
+        default=0.1,
+        gt=0,
+        le=5,
+        description="Connect and per-command timeout; slower = tier bypassed.",
     )
     redis_backoff_s: float = Field(
-        0.5, gt=0, description="First wait before probing Redis again after it failed."
+        default=0.5, gt=0, description="First wait before probing Redis again after it failed."
     )
     redis_backoff_max_s: float = Field(
-        30.0, gt=0, description="Longest wait between probes (the wait doubles per failed probe)."
+        default=30.0,
+        gt=0,
+        description="Longest wait between probes (the wait doubles per failed probe).",
     )
     redis_max_connections: int = Field(
-        64, ge=1, description="Connection pool bound; a request waits at most the timeout for one."
+        default=64,
+        ge=1,
+        description="Connection pool bound; a request waits at most the timeout for one.",
     )
-    key_prefix: str = Field("ts:rc:", description="Prefix of every Redis key.")
-    memory_max_entries: int = Field(10_000, ge=1, description="In-process LRU bound (entries).")
-    memory_max_bytes: int = Field(256 << 20, ge=1, description="In-process LRU bound (bytes).")
+    key_prefix: str = Field(default="ts:rc:", description="Prefix of every Redis key.")
+    memory_max_entries: int = Field(
+        default=10_000, ge=1, description="In-process LRU bound (entries)."
+    )
+    memory_max_bytes: int = Field(
+        default=256 << 20, ge=1, description="In-process LRU bound (bytes)."
+    )
     semantic_dir: str | None = Field(
-        None, description="Directory of the semantic stores (sqlite + faiss); tier off if omitted."
+        default=None,
+        description="Directory of the semantic stores (sqlite + faiss); tier off if omitted.",
     )
     semantic_threshold: float = Field(
-        0.95, ge=0, le=1, description="Default cosine similarity a semantic hit needs."
+        default=0.95, ge=0, le=1, description="Default cosine similarity a semantic hit needs."
     )
     semantic_max_entries: int = Field(
-        10_000, ge=1, description="Entries per (model, version) semantic store (LRU eviction)."
+        default=10_000,
+        ge=1,
+        description="Entries per (model, version) semantic store (LRU eviction).",
     )
     semantic_max_stores: int = Field(
-        32, ge=1, description="Open (model, version) semantic stores; least recent one closed."
+        default=32,
+        ge=1,
+        description="Open (model, version) semantic stores; least recent one closed.",
     )
-    semantic_top_k: int = Field(3, ge=1, le=32, description="Neighbours checked per lookup.")
+    semantic_top_k: int = Field(
+        default=3, ge=1, le=32, description="Neighbours checked per lookup."
+    )
     max_pending_writes: int = Field(
-        256, ge=1, description="Background semantic writes in flight; more are dropped (counted)."
+        default=256,
+        ge=1,
+        description="Background semantic writes in flight; more are dropped (counted).",
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "CacheSettings":
+    def _check(self) -> CacheSettings:
         if self.redis_backoff_max_s < self.redis_backoff_s:
             raise ValueError(
                 f"redis_backoff_max_s ({self.redis_backoff_max_s}) must be >= redis_backoff_s "

@@ -21,7 +21,7 @@ def emit_safely(sink: EventSink | None, kind: str, detail: dict[str, Any]) -> No
         return
     try:
         sink(kind, detail)
-    except Exception:  # noqa: BLE001 - a callback must not fail a request
+    except Exception:
         log.exception("cache event callback failed for %s", kind)
 
 

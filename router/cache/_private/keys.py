@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 _KEY_SCHEMA = b"ts-rc-1"  # bump when the encoding changes so old entries are never read
 
 
-def _field(h: "hashlib._Hash", data: bytes) -> None:
+def _field(h: Any, data: bytes | memoryview) -> None:
     # Length-prefix every field so no two different inputs share an encoding.
     h.update(struct.pack("<Q", len(data)))
     h.update(data)
@@ -44,7 +45,7 @@ def input_digest(model: str, version: str, inputs: Mapping[str, np.ndarray]) -> 
         _field(h, name.encode())
         _field(h, arr.dtype.str.encode())
         _field(h, struct.pack(f"<{arr.ndim}q", *arr.shape))
-        _field(h, memoryview(arr).cast("B") if arr.size else b"")
+        _field(h, arr.data.cast("B") if arr.size else b"")
     return h.hexdigest()
 
 

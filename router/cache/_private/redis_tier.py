@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -80,13 +80,15 @@ class RedisTier:
 
     async def get(self, key: str) -> bytes | None | _Bypass:
         """The payload under ``key``, None when absent, ``BYPASS`` when unavailable."""
-        return await self._call(lambda: self._client.get(key))
+        return await self._call(lambda: cast("Awaitable[bytes | None]", self._client.get(key)))
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None] | _Bypass:
         """Payloads of ``keys`` in one round trip (``MGET``)."""
         if not keys:
             return []
-        return await self._call(lambda: self._client.mget(list(keys)))
+        return await self._call(
+            lambda: cast("Awaitable[list[bytes | None]]", self._client.mget(list(keys)))
+        )
 
     async def set(self, key: str, payload: bytes, ttl_s: float) -> bool:
         """Store ``payload`` for ``ttl_s`` (rounded up to whole seconds). False if bypassed."""
@@ -111,5 +113,5 @@ class RedisTier:
         try:
             await self._client.aclose()
             await self._client.connection_pool.disconnect()
-        except Exception:  # noqa: BLE001 - closing a dead connection must not raise
+        except Exception:
             log.debug("error closing redis client", exc_info=True)

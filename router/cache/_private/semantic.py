@@ -167,5 +167,5 @@ class SemanticTier:
     def _close_store(store: Any) -> None:
         try:
             store.close()
-        except Exception:  # noqa: BLE001 - a store that fails to flush only loses its index
+        except Exception:
             log.exception("closing a semantic cache store failed")

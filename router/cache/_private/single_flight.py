@@ -31,7 +31,11 @@ class SingleFlight(Generic[T]):
         if task is None:
             task = asyncio.ensure_future(work())
             self._tasks[key] = task
-            task.add_done_callback(lambda t, k=key: self._forget(k, t))
+
+            def forget(t: asyncio.Task[T], k: str = key) -> None:
+                self._forget(k, t)
+
+            task.add_done_callback(forget)
         return await asyncio.shield(task), shared
 
     def _forget(self, key: str, task: asyncio.Task[T]) -> None:

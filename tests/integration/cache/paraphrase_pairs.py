@@ -28,8 +28,11 @@ PAIRS: list[tuple[str, str, bool]] = [
     ("Who wrote Pride and Prejudice?", "Who is the author of Pride and Prejudice?", True),
     ("I can't log in to my account", "I cannot log into my account", True),
     ("Play some jazz music", "Play jazz music", True),
-    ("What's the exchange rate from dollars to euros?",
-     "What is the dollar to euro exchange rate?", True),
+    (
+        "What's the exchange rate from dollars to euros?",
+        "What is the dollar to euro exchange rate?",
+        True,
+    ),
     # non-paraphrases: negation
     ("The movie was good", "The movie was not good", False),
     ("I want to receive marketing emails", "I don't want to receive marketing emails", False),
@@ -47,8 +50,11 @@ PAIRS: list[tuple[str, str, bool]] = [
     ("I love this product", "I hate this product", False),
     ("Turn on the lights", "Turn off the lights", False),
     ("Increase the volume", "Decrease the volume", False),
-    ("How do I enable two-factor authentication?",
-     "How do I disable two-factor authentication?", False),
+    (
+        "How do I enable two-factor authentication?",
+        "How do I disable two-factor authentication?",
+        False,
+    ),
     ("Add milk to my shopping list", "Remove milk from my shopping list", False),
     ("Subscribe me to the newsletter", "Unsubscribe me from the newsletter", False),
     # other entities / swapped roles

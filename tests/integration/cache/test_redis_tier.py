@@ -17,6 +17,7 @@ from .conftest import free_port
 pytestmark = pytest.mark.redis
 
 EXACT = CacheConfig(mode="exact", ttl_s=30)
+READ_WRITE = CacheControl()
 
 
 def compute_for(value: float, calls: list[float]):
@@ -28,10 +29,15 @@ def compute_for(value: float, calls: list[float]):
     return compute
 
 
-async def get(cache, value, calls, *, version="1", control=CacheControl(), policy=EXACT):
+async def get(cache, value, calls, *, version="1", control=READ_WRITE, policy=EXACT):
     return await cache.get_or_compute(
-        model="m", version=version, inputs={"x": np.array([value], dtype=np.float32)},
-        text=None, policy=policy, control=control, compute=compute_for(value, calls),
+        model="m",
+        version=version,
+        inputs={"x": np.array([value], dtype=np.float32)},
+        text=None,
+        policy=policy,
+        control=control,
+        compute=compute_for(value, calls),
     )
 
 
@@ -43,6 +49,7 @@ async def pair(redis_url, key_prefix):
     yield a, b
     await a.close()
     await b.close()
+    assert a.idle and b.idle
 
 
 async def test_shared_exact_tier_across_replicas(pair):
@@ -96,8 +103,9 @@ async def test_skip_controls_with_redis(pair):
 async def test_batch_lookup_is_one_mget(pair):
     a, b = pair
     xs = [{"x": np.array([float(i)], dtype=np.float32)} for i in range(6)]
-    items = [(x, CachedAnswer(outputs={"y": np.array([i])}, served_by="s")) for i, x in
-             enumerate(xs[:4])]
+    items = [
+        (x, CachedAnswer(outputs={"y": np.array([i])}, served_by="s")) for i, x in enumerate(xs[:4])
+    ]
     assert await a.store_many(model="m", version="1", items=items, policy=EXACT) == 4
     got = await b.lookup_many(model="m", version="1", inputs_list=xs, policy=EXACT)
     assert [o.tier for _, o in got] == ["redis"] * 4 + ["miss"] * 2
@@ -127,8 +135,13 @@ async def test_redis_killed_mid_run_then_restarted(own_redis, key_prefix):
     """A loop of requests keeps being served while Redis dies and returns on the same port."""
     events: list[str] = []
     cache = ResultCache(
-        CacheSettings(redis_url=own_redis.url, key_prefix=key_prefix, redis_timeout_s=0.2,
-                      redis_backoff_s=0.1, redis_backoff_max_s=0.2),
+        CacheSettings(
+            redis_url=own_redis.url,
+            key_prefix=key_prefix,
+            redis_timeout_s=0.2,
+            redis_backoff_s=0.1,
+            redis_backoff_max_s=0.2,
+        ),
         on_event=lambda kind, detail: events.append(kind),
     )
     outcomes: list[str] = []
@@ -163,7 +176,7 @@ async def test_redis_killed_mid_run_then_restarted(own_redis, key_prefix):
         await wait_for(lambda: outcomes[killed_at:].count("bypass") >= 20)
         assert cache.redis_available is False
         await asyncio.sleep(0.3)  # several failed probes while it is down
-        own_redis.start()         # same port
+        own_redis.start()  # same port
         await wait_for(lambda: cache.redis_available is True)
         back_at = len(outcomes)
         await wait_for(lambda: outcomes[back_at:].count("redis") >= 10)

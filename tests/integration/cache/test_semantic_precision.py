@@ -42,9 +42,13 @@ async def _ask(cache: ResultCache, text: str, ident: int, value: int):
         return CachedAnswer(outputs={"y": np.array([value])}, served_by="m"), True
 
     return await cache.get_or_compute(
-        model="paraphrase", version="1",
+        model="paraphrase",
+        version="1",
         inputs={"ids": np.array([ident])},  # distinct per text: only the semantic tier can hit
-        text=text, policy=SEMANTIC, control=CacheControl(), compute=compute,
+        text=text,
+        policy=SEMANTIC,
+        control=CacheControl(),
+        compute=compute,
     )
 
 
@@ -73,7 +77,9 @@ async def test_no_wrong_semantic_hits_at_default_threshold(tmp_path, minilm, rec
     positives = len(same)
     recall = len(right) / positives
     record_property("semantic_recall", recall)
-    print(f"\nsemantic tier at default threshold: {len(right) + len(wrong)} hits, "
-          f"{len(wrong)} wrong; recall {len(right)}/{positives} = {recall:.2f}")
+    print(
+        f"\nsemantic tier at default threshold: {len(right) + len(wrong)} hits, "
+        f"{len(wrong)} wrong; recall {len(right)}/{positives} = {recall:.2f}"
+    )
     assert wrong == [], f"wrong semantic hits: {wrong}"
     assert recall >= 0.3, f"recall {recall:.2f} too low; missed: {missed}"

@@ -59,7 +59,9 @@ class CountingModel:
         async def compute() -> tuple[CachedAnswer, bool]:
             self.calls += 1
             out = np.full(self.size, value, dtype=np.float32)
-            return CachedAnswer(outputs={"y": out}, served_by="gpu:m@1", version="1"), self.cacheable
+            return CachedAnswer(
+                outputs={"y": out}, served_by="gpu:m@1", version="1"
+            ), self.cacheable
 
         return compute
 

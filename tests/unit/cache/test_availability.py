@@ -3,7 +3,10 @@ from router.cache._private.availability import Availability
 
 def make(clock, events):
     return Availability(
-        name="redis_cache", backoff_s=1.0, backoff_max_s=4.0, clock=clock,
+        name="redis_cache",
+        backoff_s=1.0,
+        backoff_max_s=4.0,
+        clock=clock,
         on_event=lambda kind, detail: events.append((kind, detail)),
     )
 
@@ -18,9 +21,9 @@ def test_one_event_per_outage_then_probe_after_backoff(clock):
     assert "refused" in events[0][1]["error"]
     assert not av.admit()
     clock.advance(1.0)
-    assert av.admit()           # the probe
-    assert not av.admit()       # only one probe at a time
-    av.failed(TimeoutError())   # failed probe: wait doubles to 2 s
+    assert av.admit()  # the probe
+    assert not av.admit()  # only one probe at a time
+    av.failed(TimeoutError())  # failed probe: wait doubles to 2 s
     clock.advance(1.5)
     assert not av.admit()
     clock.advance(0.5)

@@ -21,11 +21,17 @@ async def cache(clock):
     c = ResultCache(CacheSettings(), clock=clock)
     yield c
     await c.close()
+    assert c.idle  # nothing leaked: no flights, no pending writes
 
 
 async def call(cache, model, *, inputs=X, version="1", policy=EXACT, control=READ_WRITE, v=1.0):
     return await cache.get_or_compute(
-        model="m", version=version, inputs=inputs, text=None, policy=policy, control=control,
+        model="m",
+        version=version,
+        inputs=inputs,
+        text=None,
+        policy=policy,
+        control=control,
         compute=model(v),
     )
 
@@ -124,7 +130,12 @@ async def test_single_flight_through_the_facade(cache):
 
     async def one():
         return await cache.get_or_compute(
-            model="m", version="1", inputs=X, text=None, policy=EXACT, control=READ_WRITE,
+            model="m",
+            version="1",
+            inputs=X,
+            text=None,
+            policy=EXACT,
+            control=READ_WRITE,
             compute=slow,
         )
 
@@ -145,7 +156,12 @@ async def test_compute_errors_propagate_and_are_not_cached(cache):
     for _ in range(2):
         with pytest.raises(RuntimeError, match="model crashed"):
             await cache.get_or_compute(
-                model="m", version="1", inputs=X, text=None, policy=EXACT, control=READ_WRITE,
+                model="m",
+                version="1",
+                inputs=X,
+                text=None,
+                policy=EXACT,
+                control=READ_WRITE,
                 compute=broken,
             )
     assert cache.counters()["compute"] == 2

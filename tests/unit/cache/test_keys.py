@@ -12,7 +12,9 @@ def test_same_values_same_key():
 
 
 def test_int_and_float_differ():
-    assert d({"x": np.array([1, 2], dtype=np.int64)}) != d({"x": np.array([1, 2], dtype=np.float64)})
+    assert d({"x": np.array([1, 2], dtype=np.int64)}) != d(
+        {"x": np.array([1, 2], dtype=np.float64)}
+    )
     assert d({"x": np.array([1, 2], dtype=np.int32)}) != d({"x": np.array([1, 2], dtype=np.int64)})
 
 

@@ -15,11 +15,13 @@ SEM = CacheConfig(mode="semantic", ttl_s=60, similarity_threshold=0.8)
 @pytest.fixture
 async def cache(tmp_path, clock):
     c = ResultCache(
-        CacheSettings(semantic_dir=str(tmp_path / "sem")), embedder=BagOfWordsEmbedder(),
+        CacheSettings(semantic_dir=str(tmp_path / "sem")),
+        embedder=BagOfWordsEmbedder(),
         clock=clock,
     )
     yield c
     await c.close()
+    assert c.idle  # nothing leaked: no flights, no pending writes
 
 
 async def ask(cache, text, *, value, version="1", policy=SEM, inputs_seed=None):
@@ -32,8 +34,13 @@ async def ask(cache, text, *, value, version="1", policy=SEM, inputs_seed=None):
     # Different token ids per text, as a tokenizer would produce: exact tiers cannot match.
     seed = inputs_seed if inputs_seed is not None else abs(hash(text)) % 10_000
     answer, outcome = await cache.get_or_compute(
-        model="m", version=version, inputs={"ids": np.array([seed])}, text=text, policy=policy,
-        control=CacheControl(), compute=compute,
+        model="m",
+        version=version,
+        inputs={"ids": np.array([seed])},
+        text=text,
+        policy=policy,
+        control=CacheControl(),
+        compute=compute,
     )
     await cache.drain()
     return answer, outcome, len(calls)
@@ -62,8 +69,9 @@ async def test_numbers_guard_rejects_close_texts(cache):
 
 async def test_versions_have_separate_indexes(cache):
     await ask(cache, "please reset my account password now", value=1.0, version="1")
-    _, outcome, calls = await ask(cache, "please reset my account password now", value=2.0,
-                                  version="2", inputs_seed=1)
+    _, outcome, calls = await ask(
+        cache, "please reset my account password now", value=2.0, version="2", inputs_seed=1
+    )
     assert outcome.tier == "miss" and calls == 1
 
 
@@ -77,8 +85,9 @@ async def test_semantic_ttl(cache, clock):
 async def test_exact_mode_models_never_use_the_semantic_tier(cache):
     exact = CacheConfig(mode="exact")
     await ask(cache, "please reset my account password now", value=1.0, policy=exact)
-    _, outcome, calls = await ask(cache, "please reset my account password", value=2.0,
-                                  policy=exact)
+    _, outcome, calls = await ask(
+        cache, "please reset my account password", value=2.0, policy=exact
+    )
     assert outcome.tier == "miss" and calls == 1
 
 
