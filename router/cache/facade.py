@@ -325,7 +325,11 @@ class ResultCache:
             self._counters.inc("memory.write")
             stored_count += 1
             if self._redis is not None:
-                writes.append((key, codec.encode(stored, created_at=now), policy.ttl_s))
+                try:
+                    writes.append((key, codec.encode(stored, created_at=now), policy.ttl_s))
+                except codec.CodecError as e:
+                    log.warning("answer of %s@%s not shareable: %s", model, version, e)
+                    self._counters.inc("skip.unencodable")
         if writes and self._redis is not None:
             ok = await self._redis.set_many(writes)
             self._counters.inc("redis.write" if ok else "redis.write_skipped", len(writes))

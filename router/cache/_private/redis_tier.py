@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_HAS_TIMEOUT = hasattr(asyncio, "timeout")  # 3.11+
+
 
 class _Bypass:
     __slots__ = ()
@@ -70,8 +72,11 @@ class RedisTier:
         if not self.availability.admit():
             return BYPASS
         try:
-            async with asyncio.timeout(self._timeout):
-                result = await op()
+            if _HAS_TIMEOUT:
+                async with asyncio.timeout(self._timeout):
+                    result = await op()
+            else:  # Python 3.10: wait_for costs a task per call, still bounded
+                result = await asyncio.wait_for(op(), self._timeout)
         except (aioredis.RedisError, OSError, TimeoutError) as e:
             self.availability.failed(e)
             return BYPASS
