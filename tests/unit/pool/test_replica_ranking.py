@@ -39,7 +39,8 @@ def test_version_must_match_when_given():
     assert rank_replicas(replicas, RouteTarget("a", "2"))[0] == ["v2"]
 
 
-def test_request_router_ranks_real_running_replicas():
+async def test_request_router_ranks_real_running_replicas():
+    # async: PendingRequest creates an asyncio.Future, which needs a running loop
     serve_common = pytest.importorskip("ray.serve._private.common")
     from ray.serve.request_router import PendingRequest, RunningReplica
 
@@ -77,6 +78,4 @@ def test_request_router_ranks_real_running_replicas():
         ranks = await router.choose_replicas(reps, pending([{"model": "a"}], {}))
         return [[r.replica_id.unique_id for r in rank] for rank in ranks]
 
-    import asyncio
-
-    assert asyncio.run(choose()) == [["r2"], ["r1"]]
+    assert await choose() == [["r2"], ["r1"]]
