@@ -3,8 +3,9 @@
 Run as ``python -m tests.integration.ops.latency_server --port P [--base-ms B --exp-mean-ms M]``.
 It runs in its own process so the load generator under test does not share a GIL with it.
 
-Each infer request sleeps ``base_ms + Exp(exp_mean_ms)`` (seeded) and records the delay it
-injected. Model names select behaviour: ``broken`` answers 503; ``degraded`` answers a labelled
+Each infer request sleeps ``base_ms + Exp(exp_mean_ms)`` (seeded) and records, by request id,
+how long it actually held the request (the injected delay, plus any oversleep); ``drawn_ms``
+lists the drawn delays themselves. Model names select behaviour: ``broken`` answers 503; ``degraded`` answers a labelled
 degraded result (served_by ``rules``, reason ``shed``, cache ``bypass``); anything else a normal
 result (served_by ``gpu:<model>@1``, cache ``miss``).
 
@@ -33,6 +34,7 @@ class _State:
         self.exp_mean_ms = exp_mean_ms
         self.rng = random.Random(seed)
         self.delays_ms: dict[str, float] = {}
+        self.drawn_ms: list[float] = []
         self.stall_until = 0.0
 
     def draw_ms(self) -> float:
@@ -47,9 +49,11 @@ def build_app(state: _State) -> Starlette:
         arrived = time.monotonic()
         if arrived < state.stall_until:
             await asyncio.sleep(state.stall_until - arrived)
-        delay = state.draw_ms()
-        state.delays_ms[str(body.get("id"))] = delay
-        await asyncio.sleep(delay / 1000.0)
+        drawn = state.draw_ms()
+        await asyncio.sleep(drawn / 1000.0)
+        # What the request was actually held (the sleep overshoots on a busy machine).
+        state.delays_ms[str(body.get("id"))] = (time.monotonic() - arrived) * 1000.0
+        state.drawn_ms.append(drawn)
         if name == "broken":
             return JSONResponse({"error": "no replica"}, status_code=503)
         params = ({"degraded": True, "served_by": "rules", "reason": "shed", "cache": "bypass"}
@@ -69,10 +73,11 @@ def build_app(state: _State) -> Starlette:
 
     async def reset(request: Request) -> JSONResponse:
         state.delays_ms.clear()
+        state.drawn_ms.clear()
         return JSONResponse({"ok": True})
 
     async def delays(request: Request) -> JSONResponse:
-        return JSONResponse({"delays_ms": state.delays_ms})
+        return JSONResponse({"delays_ms": state.delays_ms, "drawn_ms": state.drawn_ms})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
