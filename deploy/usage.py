@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.tim
                 print(f"error: call log {path} does not exist", file=sys.stderr)
                 return 2
             records = list(read_jsonl(path, since_ts=since_ts, on_bad_line=bad.append))
-    except Exception as e:  # e.g. Redis unreachable: say so plainly
+    except Exception as e:  # noqa: BLE001 - e.g. Redis unreachable: say so plainly
         print(f"error: cannot read the call log: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     for b in bad[:5]:

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 __all__ = [
     "CallLog",
-    "CallLogStats",
     "CallLogSink",
+    "CallLogStats",
     "CallRecord",
     "JsonlSink",
     "RedisStreamSink",
@@ -64,7 +64,7 @@ class CallRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CallRecord":
+    def from_dict(cls, d: dict[str, Any]) -> CallRecord:
         """Inverse of ``to_dict``; raises ``ValueError`` naming a missing or bad field."""
         try:
             return cls(
@@ -172,7 +172,8 @@ class RedisStreamSink:
     async def write(self, records: list[CallRecord]) -> None:
         pipe = self._redis.pipeline(transaction=False)
         for r in records:
-            pipe.xadd(self.stream, r.to_fields(), maxlen=self.maxlen, approximate=True)
+            entry: dict[Any, Any] = r.to_fields()  # redis-py's field type is invariant
+            pipe.xadd(self.stream, entry, maxlen=self.maxlen, approximate=True)
         await pipe.execute()
 
     async def aclose(self) -> None:
@@ -240,7 +241,7 @@ class CallLog:
             try:
                 await self.sink.write(batch)
                 self.stats.written += len(batch)
-            except Exception:  # a broken sink must never reach serving
+            except Exception:  # noqa: BLE001 - a broken sink must never reach serving
                 self.stats.sink_errors += 1
                 self.stats.failed += len(batch)
                 _log.exception("call log: sink write of %d records failed", len(batch))

@@ -12,6 +12,7 @@ Programmatic use::
     write_report(result, "out/")
 """
 
+from deploy.loadtest._private.runner import Sample, run_closed_loop, run_open_loop
 from deploy.loadtest.cli import main
 from deploy.loadtest.config import LoadTestConfig, load_config
 from deploy.loadtest.histogram import LatencyHistogram
@@ -25,7 +26,6 @@ from deploy.loadtest.target import (
     Target,
     v2_body,
 )
-from deploy.loadtest._private.runner import Sample, run_closed_loop, run_open_loop
 
 __all__ = [
     "CallableTarget",
@@ -44,4 +44,5 @@ __all__ = [
     "run_loadtest",
     "run_open_loop",
     "v2_body",
+    "write_report",
 ]

@@ -21,7 +21,7 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="timeshare loadtest",
-        description="Open-loop load test with a Markdown/JSON report; non-zero exit on SLO failure.",
+        description="Open-loop load test with a Markdown/JSON report; exits 1 if an SLO fails.",
     )
     p.add_argument("config", help="load-test YAML config, e.g. deploy/loadtest/demo.yaml")
     p.add_argument("--out", default=None,
@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['errors']['rate']:.2%}, degraded {r['shares']['degraded']:.1%}"
               + (f" — SLO FAILED: {', '.join(failed)}" if failed else ""))
     if result.knee:
-        print(f"knee: SLOs met up to {result.knee['slo_knee_rps']} rps; latency turns up at "
-              f"{result.knee['latency_knee_rps']} rps")
+        k = result.knee
+        print(f"knee: SLOs met up to {_rps(k['slo_knee_rps'])}; latency turns up at "
+              f"{_rps(k['latency_knee_rps'])}")
     print(f"report: {paths.markdown} (figures: {paths.json})")
     return 0 if result.ok else 1
 
@@ -72,5 +73,5 @@ def _ms(v: float | None) -> str:
     return "–" if v is None else f"{v:.1f}ms"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _rps(v: float | None) -> str:
+    return "no rate" if v is None else f"{v:g} rps"

@@ -47,10 +47,13 @@ class TargetConfig(BaseModel):
     model_config = _STRICT
 
     url: str = Field(..., description="Base URL, e.g. http://127.0.0.1:8000 (no trailing path).")
-    timeout_s: float = Field(30.0, gt=0, description="Per-request timeout; expiry counts as an error.")
+    timeout_s: float = Field(
+        30.0, gt=0, description="Per-request timeout; expiry counts as an error."
+    )
     max_connections: int = Field(
-        256, ge=1, le=10_000, description="HTTP connection pool bound; waits for a connection count "
-        "as latency because latency is measured from the planned send time."
+        256, ge=1, le=10_000,
+        description="HTTP connection pool bound; waits for a connection count as latency "
+        "because latency is measured from the planned send time."
     )
 
     @field_validator("url")
@@ -70,9 +73,11 @@ class RandomRange(BaseModel):
     high: float = Field(1.0, description="Upper bound (exclusive).")
 
     @model_validator(mode="after")
-    def _order(self) -> "RandomRange":
+    def _order(self) -> RandomRange:
         if not self.high > self.low:
-            raise ValueError(f"random.high must exceed random.low, got low={self.low} high={self.high}")
+            raise ValueError(
+                f"random.high must exceed random.low, got low={self.low} high={self.high}"
+            )
         return self
 
 
@@ -101,15 +106,19 @@ class InputSource(BaseModel):
         return s
 
     @model_validator(mode="after")
-    def _source(self) -> "InputSource":
+    def _source(self) -> InputSource:
         if self.file is not None and self.random is not None:
             raise ValueError(f"input {self.name!r}: give either file or random, not both")
         if self.file is None and self.shape is None:
             raise ValueError(f"input {self.name!r}: shape is required for random data")
         if self.file is not None and self.file.suffix not in (".npy", ".json"):
-            raise ValueError(f"input {self.name!r}: file must be .npy or .json, got {str(self.file)!r}")
+            raise ValueError(
+                f"input {self.name!r}: file must be .npy or .json, got {str(self.file)!r}"
+            )
         if self.shape is not None and any(d <= 0 for d in self.shape):
-            raise ValueError(f"input {self.name!r}: shape dims must be positive, got {list(self.shape)}")
+            raise ValueError(
+                f"input {self.name!r}: shape dims must be positive, got {list(self.shape)}"
+            )
         return self
 
 
@@ -137,7 +146,7 @@ class ArrivalConfig(BaseModel):
     seed: int = Field(0, description="Seed of every random choice (arrivals, mix, payloads).")
 
     @model_validator(mode="after")
-    def _one_of(self) -> "ArrivalConfig":
+    def _one_of(self) -> ArrivalConfig:
         if (self.rate is None) == (self.rates is None):
             raise ValueError(f"arrival: give exactly one of rate or rates, got rate={self.rate} "
                              f"rates={self.rates}")
@@ -218,8 +227,12 @@ class LoadTestConfig(BaseModel):
     knee_factor: float = Field(
         2.0, gt=1, description="Sweep: latency knee where p99 exceeds this times the first p99."
     )
-    stability: StabilityConfig = Field(default_factory=StabilityConfig, description="Windows.")
-    slo: SloConfig = Field(default_factory=SloConfig, description="Objectives.")
+    stability: StabilityConfig = Field(
+        default_factory=lambda: StabilityConfig.model_validate({}), description="Windows."
+    )
+    slo: SloConfig = Field(
+        default_factory=lambda: SloConfig.model_validate({}), description="Objectives."
+    )
 
     @field_validator("priorities")
     @classmethod
@@ -237,7 +250,7 @@ class LoadTestConfig(BaseModel):
         return _check_weights("callers", v)
 
     @model_validator(mode="after")
-    def _inputs_known(self) -> "LoadTestConfig":
+    def _inputs_known(self) -> LoadTestConfig:
         missing = [m.name for m in self.models if m.inputs is None and self.inputs is None]
         if missing:
             raise ValueError(f"models {missing} have no inputs and there is no top-level `inputs`")
@@ -270,7 +283,7 @@ def load_config(path: str | Path) -> LoadTestConfig:
     except yaml.YAMLError as e:
         raise ValueError(f"{p}: not valid YAML ({e})") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{p}: expected a mapping at the top level")
+        raise ValueError(f"{p}: expected a mapping at the top level")  # noqa: TRY004 - bad file
     try:
         cfg = LoadTestConfig.model_validate(raw)
     except ValidationError as e:

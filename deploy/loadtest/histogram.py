@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from hdrh.histogram import HdrHistogram
 
-__all__ = ["LatencyHistogram", "PERCENTILES"]
+__all__ = ["PERCENTILES", "LatencyHistogram"]
 
 # Reported percentiles: key in reports -> percentile.
 PERCENTILES: dict[str, float] = {
@@ -34,7 +34,7 @@ class LatencyHistogram:
 
     def record(self, seconds: float) -> None:
         """Add one latency (seconds)."""
-        us = int(round(seconds * 1e6))
+        us = round(seconds * 1e6)
         if us < _LOW_US or us > _HIGH_US:
             self.clamped += 1
             us = min(max(us, _LOW_US), _HIGH_US)

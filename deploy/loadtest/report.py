@@ -7,13 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-
-from deploy.loadtest.histogram import PERCENTILES  # noqa: E402
-from deploy.loadtest.run import LoadTestResult  # noqa: E402
+from deploy.loadtest.histogram import PERCENTILES
+from deploy.loadtest.run import LoadTestResult
 
 __all__ = ["ReportPaths", "write_report"]
 
@@ -37,8 +32,30 @@ def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:.1%}"
 
 
+def _pyplot() -> Any:
+    """matplotlib on the Agg backend (files only, no display), imported only when plotting so
+    that importing this package (e.g. for the ``timeshare`` command line) stays fast."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _log_ms_axis(ax: Any) -> None:
+    """Log-scale latency axis with plain numbers (10, 20, 50) instead of 2x10^1."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _latency_plot(result: LoadTestResult, i: int, path: Path) -> None:
     run, samples, cfg = result.runs[i], result.samples[i], result.config
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
     ok = [s for s in samples if s.outcome.ok and not s.outcome.degraded]
     deg = [s for s in samples if s.outcome.ok and s.outcome.degraded]
@@ -57,9 +74,12 @@ def _latency_plot(result: LoadTestResult, i: int, path: Path) -> None:
     ax.plot([], [], color="black", label="window p99")
     if cfg.warmup_s > 0:
         ax.axvspan(0, cfg.warmup_s, color="grey", alpha=0.2, label="warm-up")
+    if cfg.slo.p99_ms:
+        ax.axhline(cfg.slo.p99_ms, color="tab:red", linestyle=":", label="p99 SLO")
     if run["generator"]["behind"]:
-        ax.set_title("generator fell behind: latencies include send lag", color="tab:red")
-    ax.set_yscale("log")
+        ax.set_title("generator fell behind: latencies include its send lag", loc="right",
+                     color="tab:red", fontsize=8)
+    _log_ms_axis(ax)
     ax.set_xlabel("planned send time (s)")
     ax.set_ylabel("latency from planned send (ms)")
     ax.set_title(f"Latency over time at {run['target_rps']:g} rps", loc="left")
@@ -71,6 +91,7 @@ def _latency_plot(result: LoadTestResult, i: int, path: Path) -> None:
 
 
 def _sweep_plot(result: LoadTestResult, path: Path) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     tp = [r["throughput_rps"] for r in result.runs]
     for key in ("p50", "p90", "p99"):
@@ -86,7 +107,7 @@ def _sweep_plot(result: LoadTestResult, path: Path) -> None:
                    color="tab:green", linestyle="--", label="SLO knee")
     if result.config.slo.p99_ms:
         ax.axhline(result.config.slo.p99_ms, color="tab:red", linestyle=":", label="p99 SLO")
-    ax.set_yscale("log")
+    _log_ms_axis(ax)
     ax.set_xlabel("achieved throughput (ok responses/s)")
     ax.set_ylabel("latency (ms)")
     ax.set_title("Throughput vs latency (labels: target rps)", loc="left")
@@ -98,9 +119,9 @@ def _sweep_plot(result: LoadTestResult, path: Path) -> None:
 
 
 def _overview(result: LoadTestResult) -> list[str]:
-    lines = ["| target rps | planned | ok/s | ratio | " + " | ".join(_LAT_KEYS)
+    lines = ["| target rps | planned | ok/s | ratio | " + " | ".join(f"{k} ms" for k in _LAT_KEYS)
              + " | errors | degraded | stable | SLO |",
-             "|" + "---|" * (len(_LAT_KEYS) + 9)]
+             "|" + "---|" * (len(_LAT_KEYS) + 8)]
     for r in result.runs:
         lat = r["latency_ms"]
         lines.append(
@@ -131,7 +152,9 @@ def _shares_line(name: str, shares: dict[str, float]) -> str:
 def _run_section(result: LoadTestResult, i: int, plot: str) -> list[str]:
     r = result.runs[i]
     gen, st = r["generator"], r["stability"]
-    lines = [f"## Run at {r['target_rps']:g} rps", "", f"![latency over time]({plot})", ""]
+    lines = [f"## Run at {r['target_rps']:g} rps", "", f"![latency over time]({plot})", "",
+             (f"Planned {r['planned']} measured requests ({r['planned_rps']:.1f}/s realised by the "
+             f"arrival process), {r['ok']} answered ok ({r['throughput_rps']:.1f}/s)."), ""]
     lines.append("**SLOs**")
     lines.append("")
     lines += ["| objective | limit | measured | |", "|---|---|---|---|"]
@@ -154,14 +177,42 @@ def _run_section(result: LoadTestResult, i: int, plot: str) -> list[str]:
               f"max {_f(lag['max'], '.2f')} ms; {gen['late_sends']} sends later than "
               f"{gen['lag_warn_ms']:g} ms" + (" — **generator fell behind**" if gen["behind"]
                                               else ""),
-              f"- service time (actual send to answer) p50 {_f(r['service_ms']['p50'])} ms, "
-              f"p99 {_f(r['service_ms']['p99'])} ms", "",
+              (f"- service time (actual send to answer) p50 {_f(r['service_ms']['p50'])} ms, "
+              f"p99 {_f(r['service_ms']['p99'])} ms"), "",
               f"**Stability**: {'stable' if st['stable'] else 'NOT stable — ' + st['reason']}", "",
               "| window start (s) | requests | ok/s | p99 ms |", "|---|---|---|---|"]
     for w in r["windows"]:
         lines.append(f"| {w['start_s']:g} | {w['requests']} | {w['throughput_rps']:.1f} | "
                      f"{_f(w['p99_ms'])} |")
     return lines + [""]
+
+
+_HOW_TO_READ = [
+    "## How to read this report", "",
+    ("- **Latency** runs from each request's *planned* send time. The generator is open loop: it "
+     "sends on schedule whether or not earlier requests have answered, so a server stall shows up "
+     "in every request it delayed (a closed-loop client would send nothing while stalled and "
+     "hide it: coordinated omission). Percentiles come from an HDR histogram (0.1% precision) "
+     "over successful measured requests; warm-up requests are not counted."),
+    ("- **ok/s** is successful answers per second of measured time; **ratio** is successful "
+     "answers over planned requests (1.0 = kept up with the offered load). Poisson arrivals make "
+     "the realised rate differ slightly from the target."),
+    ("- **Errors by class**: `http_<status>` for error answers, an exception name (e.g. "
+     "`ConnectError`, `ReadTimeout`) for transport failures, `generator_overload` when the "
+     "generator's in-flight bound was hit."),
+    ("- **Degraded / fallback / cache** shares come from the answers' `parameters` "
+     "(`degraded`, `served_by`, `reason`, `cache`)."),
+    ("- **Generator lag** is how late the generator itself sent requests. When it fell behind, "
+     "latencies include that lag and the load was not offered as planned: run the generator on "
+     "a less busy machine or lower the rate."),
+    ("- **Stability**: the measured period is cut into windows; a run is stable when the last "
+     "windows agree on completion ratio and p99 within the tolerance (as Triton perf_analyzer "
+     "does). An unstable run needs a longer duration before its figures are trusted."),
+    ("- **Sweep**: the SLO knee is the highest rate at which this and every lower rate met the "
+     "SLOs; latency turns up where p99 exceeds `knee_factor` times the lowest rate's p99 or "
+     "answers fall behind plan. `report.json` holds every figure shown here."),
+    "",
+]
 
 
 def write_report(result: LoadTestResult, out_dir: str | Path) -> ReportPaths:
@@ -179,8 +230,8 @@ def write_report(result: LoadTestResult, out_dir: str | Path) -> ReportPaths:
              f"{cfg.arrival.process} arrivals, {cfg.duration_s:g} s measured after "
              f"{cfg.warmup_s:g} s warm-up per rate, models "
              + ", ".join(f"{m.name} (weight {m.weight:g})" for m in cfg.models) + ".", "",
-             "Latency is measured from each request's *planned* send time (open loop, no "
-             "coordinated omission); percentiles are over successful measured requests.", ""]
+             ("Latency is measured from each request's *planned* send time (open loop, no "
+             "coordinated omission); percentiles are over successful measured requests."), ""]
     lines += _overview(result) + [""]
     if result.is_sweep:
         sweep = out / "throughput_vs_latency.png"
@@ -188,13 +239,16 @@ def write_report(result: LoadTestResult, out_dir: str | Path) -> ReportPaths:
         plots.append(sweep)
         k = result.knee or {}
         lines += ["## Sweep", "", f"![throughput vs latency]({sweep.name})", "",
-                  f"- highest rate meeting every SLO (SLO knee): "
-                  f"{_f(k.get('slo_knee_rps'), 'g')} rps",
+                  (f"- highest rate meeting every SLO (SLO knee): "
+                  f"{_f(k.get('slo_knee_rps'), 'g')} rps"),
                   f"- latency turns up (p99 > {k.get('knee_factor', 0):g}x the lowest rate's, or "
-                  f"completions fall behind plan) at: {_f(k.get('latency_knee_rps'), 'g')} rps",
+                  "completions fall behind plan) at: " + (
+                      f"{k['latency_knee_rps']:g} rps" if k.get("latency_knee_rps") is not None
+                      else "not within the swept rates"),
                   f"- max throughput: {_f(k.get('max_throughput_rps'))} ok/s", ""]
     for i in range(len(result.runs)):
         lines += _run_section(result, i, plots[i].name)
+    lines += _HOW_TO_READ
     md = out / "report.md"
     md.write_text("\n".join(lines))
     js = out / "report.json"

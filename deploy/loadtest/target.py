@@ -9,8 +9,9 @@ generator measures from the planned send time.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
@@ -104,7 +105,7 @@ class HttpTarget:
             resp = await self._client.post(
                 self._path(req), content=body, headers={"content-type": "application/json"}
             )
-        except Exception as e:  # every transport failure is an outcome, never a crash
+        except Exception as e:  # noqa: BLE001 - every transport failure is an outcome
             return Outcome(error=type(e).__name__)
         if resp.status_code != 200:
             return Outcome(error=f"http_{resp.status_code}", status=resp.status_code,
@@ -138,7 +139,7 @@ class CallableTarget:
     async def send(self, req: LoadRequest) -> Outcome:
         try:
             return await self._fn(req)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a failed call is an outcome, never a crash
             return Outcome(error=type(e).__name__)
 
     async def aclose(self) -> None:

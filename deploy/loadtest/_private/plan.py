@@ -18,7 +18,7 @@ from deploy.loadtest.target import LoadRequest
 from policies.priority import parse_priority
 from pool.config import DTYPES
 
-__all__ = ["PlannedRequest", "Payload", "arrival_offsets", "build_payloads", "build_plan"]
+__all__ = ["Payload", "PlannedRequest", "arrival_offsets", "build_payloads", "build_plan"]
 
 Payload = dict[str, tuple[str, np.ndarray]]
 

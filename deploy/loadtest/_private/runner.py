@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from deploy.loadtest._private.plan import PlannedRequest
 from deploy.loadtest.target import LoadRequest, Outcome, Target
 
-__all__ = ["Sample", "RunProgress", "run_open_loop", "run_closed_loop"]
+__all__ = ["RunProgress", "Sample", "run_closed_loop", "run_open_loop"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -150,6 +150,7 @@ async def run_closed_loop(
 def _sample(item: PlannedRequest, *, lag: float, latency: float, service: float,
             outcome: Outcome) -> Sample:
     req = item.request
-    return Sample(request_id=req.request_id, planned_s=item.offset_s, lag_s=lag, latency_s=latency, service_s=service,
-                  model=req.model, priority=req.priority, caller=req.caller,
-                  measured=item.measured, outcome=outcome)
+    return Sample(request_id=req.request_id, planned_s=item.offset_s, lag_s=lag,
+                  latency_s=latency, service_s=service, model=req.model,
+                  priority=req.priority, caller=req.caller, measured=item.measured,
+                  outcome=outcome)

@@ -5,9 +5,9 @@ It runs in its own process so the load generator under test does not share a GIL
 
 Each infer request sleeps ``base_ms + Exp(exp_mean_ms)`` (seeded) and records, by request id,
 how long it actually held the request (the injected delay, plus any oversleep); ``drawn_ms``
-lists the drawn delays themselves. Model names select behaviour: ``broken`` answers 503; ``degraded`` answers a labelled
-degraded result (served_by ``rules``, reason ``shed``, cache ``bypass``); anything else a normal
-result (served_by ``gpu:<model>@1``, cache ``miss``).
+lists the drawn delays themselves. Model names select behaviour: ``broken`` answers 503;
+``degraded`` answers a labelled degraded result (served_by ``rules``, reason ``shed``, cache
+``bypass``); anything else a normal result (served_by ``gpu:<model>@1``, cache ``miss``).
 
 Control endpoints: ``POST /control/stall`` {"seconds": S} holds every request that arrives in the
 next S seconds until the stall ends; ``POST /control/reset`` clears the recorded delays;

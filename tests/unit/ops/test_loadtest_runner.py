@@ -61,7 +61,7 @@ async def test_exceptions_become_error_classes() -> None:
 
 async def test_generator_that_falls_behind_says_so() -> None:
     async def hog(req: LoadRequest) -> Outcome:
-        time.sleep(0.02)  # blocks the event loop: 200 rps x 20 ms cannot keep up
+        time.sleep(0.02)  # noqa: ASYNC251 - blocks the loop on purpose: 200 rps x 20 ms
         return Outcome(status=200)
 
     err = io.StringIO()
