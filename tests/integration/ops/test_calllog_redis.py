@@ -11,6 +11,7 @@ import redis
 
 from deploy.usage import main
 from router.calllog import CallLog, CallRecord, RedisStreamSink
+from tests.integration.ops.conftest import free_port
 
 URL = "redis://127.0.0.1:6379/0"
 NOW = 1_700_000_000.0
@@ -76,8 +77,6 @@ async def test_stream_is_trimmed_to_maxlen(stream: str) -> None:
 
 
 def test_unreachable_redis_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.integration.ops.conftest import free_port
-
     code = main(["--redis", f"redis://127.0.0.1:{free_port()}/0"])
     assert code == 2
     assert "cannot read the call log: ConnectionError" in capsys.readouterr().err

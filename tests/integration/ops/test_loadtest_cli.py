@@ -11,24 +11,14 @@ import yaml
 
 from deploy.loadtest import load_config, main
 from deploy.loadtest._private.plan import build_plan
+from tests.integration.ops.conftest import free_port, raw_config
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def write_cfg(tmp_path: Path, url: str, **over: Any) -> Path:
-    raw: dict[str, Any] = {
-        "name": "t",
-        "target": {"url": url},
-        "models": [{"name": "digits-small", "weight": 2}],
-        "inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 64],
-                    "random": {"low": 0, "high": 16}}],
-        "arrival": {"process": "poisson", "rate": 40, "seed": 11},
-        "duration_s": 2,
-        "warmup_s": 0.5,
-        "stability": {"window_s": 0.5, "windows": 3, "tolerance": 0.9},
-        "slo": {"p99_ms": 2000, "error_rate": 0.01},
-    }
-    raw.update(over)
+    raw = raw_config(url, **{"warmup_s": 0.5, "stability": {"window_s": 0.5, "windows": 3,
+                                                              "tolerance": 0.9}, **over})
     path = tmp_path / "lt.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -99,8 +89,6 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path,
 
 
 def test_unreachable_target_reports_connect_errors(tmp_path: Path) -> None:
-    from tests.integration.ops.conftest import free_port
-
     path = write_cfg(tmp_path, f"http://127.0.0.1:{free_port()}", duration_s=0.5, warmup_s=0)
     out = tmp_path / "down"
     assert main([str(path), "--out", str(out), "--no-progress"]) == 1

@@ -16,22 +16,11 @@ from deploy.loadtest import (
     run_loadtest,
 )
 from deploy.loadtest._private.plan import build_plan
+from tests.integration.ops.conftest import raw_config
 
 
 def make_cfg(url: str, **over: Any) -> LoadTestConfig:
-    raw: dict[str, Any] = {
-        "target": {"url": url},
-        "models": [{"name": "digits-small"}],
-        "inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 64],
-                    "random": {"low": 0, "high": 16}}],
-        "arrival": {"process": "poisson", "rate": 60, "seed": 5},
-        "duration_s": 4,
-        "warmup_s": 0,
-        "stability": {"window_s": 1, "windows": 3, "tolerance": 0.5},
-        "slo": {"p99_ms": 1000},
-    }
-    raw.update(over)
-    return LoadTestConfig.model_validate(raw)
+    return LoadTestConfig.model_validate(raw_config(url, **{"duration_s": 4, **over}))
 
 
 async def test_percentiles_match_injected_latency(latency_server: str, reset: None) -> None:
