@@ -1,0 +1,1 @@
+"""Internals of the load-test tool; import from ``deploy.loadtest`` instead."""

@@ -1,0 +1,150 @@
+"""What the load generator sends to: the ``Target`` protocol and its HTTP implementation.
+
+A target turns one ``LoadRequest`` into one ``Outcome``. It never raises for a failed call: the
+failure becomes ``Outcome.error`` with a class name (``http_503``, ``ReadTimeout``...), so the
+generator's accounting is the same whatever the transport. Latency is NOT measured here: the
+generator measures from the planned send time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+import numpy as np
+
+__all__ = ["CallableTarget", "HttpTarget", "LoadRequest", "Outcome", "Target", "v2_body"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRequest:
+    """One planned request. ``inputs`` maps input name -> (wire datatype, array)."""
+
+    request_id: str
+    model: str
+    inputs: dict[str, tuple[str, np.ndarray]]
+    priority: str = "interactive"
+    caller: str = "loadtest"
+    deadline_ms: float | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What came back. ``error`` is None on success, else a short class name."""
+
+    error: str | None = None
+    status: int | None = None
+    degraded: bool = False
+    served_by: str | None = None
+    reason: str | None = None
+    cache: str | None = None
+    bytes_out: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@runtime_checkable
+class Target(Protocol):
+    """Anything the generator can load: one async ``send`` per request; ``aclose`` at the end."""
+
+    async def send(self, req: LoadRequest) -> Outcome:
+        """Send one request and report what came back; never raises for a failed call."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+def v2_body(req: LoadRequest) -> dict[str, Any]:
+    """KServe v2 / Open Inference Protocol JSON body of one request."""
+    params: dict[str, Any] = {"priority": req.priority, "caller": req.caller}
+    if req.deadline_ms is not None:
+        params["deadline_ms"] = req.deadline_ms
+    return {
+        "id": req.request_id,
+        "inputs": [
+            {"name": name, "shape": list(arr.shape), "datatype": dt, "data": arr.ravel().tolist()}
+            for name, (dt, arr) in req.inputs.items()
+        ],
+        "parameters": params,
+    }
+
+
+class HttpTarget:
+    """POST ``{url}/v2/models/{model}[/versions/{v}]/infer`` with ``httpx.AsyncClient``.
+
+    Connections are bounded by ``max_connections``; a request waiting for a connection is still
+    late against its plan, which the generator's latency includes.
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = 30.0, max_connections: int = 256,
+                 client: httpx.AsyncClient | None = None) -> None:
+        self._url = url.rstrip("/")
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections),
+        )
+
+    def _path(self, req: LoadRequest) -> str:
+        version = f"/versions/{req.version}" if req.version else ""
+        return f"{self._url}/v2/models/{req.model}{version}/infer"
+
+    async def send(self, req: LoadRequest) -> Outcome:
+        """Send one request; HTTP errors and exceptions become ``Outcome.error``."""
+        body = json.dumps(v2_body(req)).encode()
+        try:
+            resp = await self._client.post(
+                self._path(req), content=body, headers={"content-type": "application/json"}
+            )
+        except Exception as e:  # noqa: BLE001 - every transport failure is an outcome
+            return Outcome(error=type(e).__name__)
+        if resp.status_code != 200:
+            return Outcome(error=f"http_{resp.status_code}", status=resp.status_code,
+                           bytes_out=len(resp.content))
+        try:
+            params = resp.json().get("parameters") or {}
+        except (ValueError, AttributeError):
+            return Outcome(error="bad_response", status=200, bytes_out=len(resp.content))
+        return Outcome(
+            status=200,
+            degraded=bool(params.get("degraded", False)),
+            served_by=_str_or_none(params.get("served_by")),
+            reason=_str_or_none(params.get("reason")),
+            cache=_str_or_none(params.get("cache")),
+            bytes_out=len(resp.content),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class CallableTarget:
+    """Adapts ``async def fn(req) -> Outcome`` (e.g. a Ray handle call) to ``Target``.
+
+    Exceptions raised by ``fn`` become ``Outcome.error`` with the exception's type name.
+    """
+
+    def __init__(self, fn: Callable[[LoadRequest], Awaitable[Outcome]]) -> None:
+        self._fn = fn
+
+    async def send(self, req: LoadRequest) -> Outcome:
+        try:
+            return await self._fn(req)
+        except Exception as e:  # noqa: BLE001 - a failed call is an outcome, never a crash
+            return Outcome(error=type(e).__name__)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _str_or_none(v: Any) -> str | None:
+    return None if v is None else str(v)
