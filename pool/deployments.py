@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict
 from typing import Any
 
 import psutil
@@ -79,8 +78,10 @@ class PoolDeployment:
     async def status(self) -> dict:
         return {"pool": self.pool, **self.host.status()}
 
+    async def routing_stats(self):
+        """This replica's RoutingStats (the router's load view for admission and spill)."""
+        return self.host.worker.routing_stats()
+
     def record_routing_stats(self) -> dict[str, Any]:
-        stats = self.host.worker.routing_stats()
-        out = asdict(stats)
-        out["resident"] = sorted(stats.resident)
-        return out
+        """Published to Ray Serve's request router (pool.request_router)."""
+        return self.host.worker.routing_stats().to_dict()

@@ -7,6 +7,7 @@ from typing import Any
 
 import ray
 from ray.serve import Application
+from ray.serve.config import RequestRouterConfig
 
 from pool.deployments import PoolDeployment
 from router.ingress import Ingress
@@ -41,6 +42,9 @@ def _device(kind: str, s) -> dict[str, Any]:
 
 
 def build_from_settings(settings: AppSettings) -> Application:
+    pool_options = {"request_router_config": RequestRouterConfig(
+        request_router_class="pool.request_router:TimeshareRequestRouter",
+        request_routing_stats_period_s=1.0)}
     common = {
         "repository": settings.repository,
         "state_dir": settings.resolved_state_dir(),
@@ -48,7 +52,7 @@ def build_from_settings(settings: AppSettings) -> Application:
     }
     cpu = settings.cpu_pool
     pools = {
-        "cpu": PoolDeployment.options(name="CPUPool", num_replicas=cpu.replicas).bind(
+        "cpu": PoolDeployment.options(name="CPUPool", num_replicas=cpu.replicas, **pool_options).bind(
             pool="cpu", device=_device("cpu", cpu), replicas=cpu.replicas, **common
         )
     }
@@ -57,12 +61,17 @@ def build_from_settings(settings: AppSettings) -> Application:
     if gpu.enabled == "on" or (gpu.enabled == "auto" and gpus > 0):
         replicas = max(1, min(gpu.replicas, gpus) if gpus else gpu.replicas)
         pools["gpu"] = PoolDeployment.options(
-            name="GPUPool", num_replicas=replicas, ray_actor_options={"num_gpus": 1}
-        ).bind(pool="gpu", device=_device("cuda", gpu), replicas=replicas, **common)
+            name="GPUPool", num_replicas=replicas, ray_actor_options={"num_gpus": 1},
+            **pool_options).bind(pool="gpu", device=_device("cuda", gpu), replicas=replicas, **common)
+    alerter = None
+    if settings.alerting is not None:
+        from alerting.config import load_config
+        from alerting.deployment import AlerterDeployment
+
+        load_config(settings.alerting)  # fail at build time, naming the bad key
+        alerter = AlerterDeployment.bind(settings.alerting)
     log.info("timeshare: pools %s, repository %s", sorted(pools), settings.repository)
-    return Ingress.options(num_replicas=settings.ingress_replicas).bind(
-        settings.model_dump(), pools
-    )
+    return Ingress.options(num_replicas=settings.ingress_replicas).bind(settings, pools, alerter)
 
 
 def build_app(args: dict[str, Any]) -> Application:

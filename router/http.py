@@ -7,15 +7,24 @@ Every error becomes a JSON body ``{"error": ..., "field": ...}`` with its 4xx/5x
 from __future__ import annotations
 
 import hmac
+import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from router.errors import InvalidRequest, PayloadTooLarge, TimeshareError, Unauthorized
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
-from router.v2 import HEADER_LENGTH, decode_infer_request, encode_infer_response, model_metadata
+
+from router.v2 import (
+    HEADER_LENGTH,
+    DecodedRequest,
+    decode_infer_request,
+    encode_infer_response,
+    model_metadata,
+)
 
 __all__ = ["Frontend", "build_http_app", "request_from_v2"]
 
@@ -29,6 +38,7 @@ class Frontend(Protocol):
     max_body_bytes: int
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
     def live_models(self) -> dict[str, Any]: ...
     async def model_entry(self, name: str, version: str | None): ...
     async def repository_index(self) -> list[dict[str, Any]]: ...
@@ -157,6 +167,38 @@ def build_http_app(front: Frontend) -> FastAPI:
         response = await front.infer(request_from_v2(name, version, decoded))
         payload, headers = encode_infer_response(response, decoded)
         return Response(payload, headers=headers, media_type=headers["content-type"])
+
+    async def _stream(name: str, version: str | None, request: Request) -> Response:
+        """Server-sent events: one ``data:`` v2 JSON response per answer (fast, then refined)."""
+        body = await _read_body(request, front.max_body_bytes)
+        decoded = decode_infer_request(body, None)
+        req = request_from_v2(name, version, decoded)
+        answers = front.stream(req)
+        first = await answers.__anext__()  # errors before the first answer keep their 4xx status
+        plain = DecodedRequest(decoded.request_id, {}, decoded.parameters, decoded.outputs, False)
+
+        async def events():
+            resp = first
+            while True:
+                payload, _ = encode_infer_response(resp, plain)
+                yield b"data: " + payload + b"\n\n"
+                try:
+                    resp = await answers.__anext__()
+                except StopAsyncIteration:
+                    return
+                except TimeshareError as e:  # after the first answer: report in-band
+                    yield b"event: error\ndata: " + json.dumps(e.to_dict()).encode() + b"\n\n"
+                    return
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v2/models/{name}/infer_stream")
+    async def infer_stream(name: str, request: Request):
+        return await _stream(name, None, request)
+
+    @app.post("/v2/models/{name}/versions/{version}/infer_stream")
+    async def infer_stream_version(name: str, version: str, request: Request):
+        return await _stream(name, version, request)
 
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):

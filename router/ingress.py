@@ -1,7 +1,8 @@
 """The ingress deployment: HTTP (v2) and handle methods over one Pipeline.
 
-A thin adapter: it owns the Pipeline, a ModelCatalog refreshed from the CPU pool, and a
-dispatcher over the pool handles; everything else lives in Ray-free modules.
+A thin adapter: it builds the Ray-free pieces from ``AppSettings`` (catalog, pipeline, cache,
+breakers, recorders), keeps the catalog and the pools' load fresh, evaluates alert rules and
+forwards alert events to the alerter deployment fire-and-forget.
 """
 
 from __future__ import annotations
@@ -9,20 +10,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from fallbacks import BreakerRegistry, CallerQuotas, StateTransition
 from pool.control import ControlFile
-from pool.repository import version_order
+from pool.repository import ModelRepository, version_order
 from pool.wire import PoolReply, work_request
+from router.cache import ResultCache
+from router.calllog import build_call_log
 from router.catalog import ModelCatalog
 from router.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
 from router.http import build_http_app
 from router.pipeline import Pipeline, PipelineConfig
+from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings
+from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 
 __all__ = ["Ingress", "RayDispatcher"]
 
@@ -30,7 +37,7 @@ log = logging.getLogger("ray.serve")
 
 
 class RayDispatcher:
-    """Dispatch to pool deployments through their handles."""
+    """Dispatch to pool deployments through their handles (the pools' request router picks)."""
 
     def __init__(self, handles: dict[str, DeploymentHandle]) -> None:
         self._handles = handles
@@ -38,40 +45,63 @@ class RayDispatcher:
 
     async def dispatch(self, pool, model, version, inputs, *, priority, timeout_s) -> PoolReply:
         return await self._handles[pool].infer.remote(
-            work_request(model, version, inputs, priority, timeout_s)
-        )
+            work_request(model, version, inputs, priority, timeout_s))
 
 
 @serve.deployment(name="Ingress", max_ongoing_requests=512)
 @serve.ingress()
 class Ingress:
-    async def __init__(self, settings: dict[str, Any], pools: dict[str, DeploymentHandle]) -> None:
-        self.settings = AppSettings.model_validate(settings)
-        self.api_key = self.settings.resolved_api_key()
-        self.max_body_bytes = self.settings.max_body_bytes
+    async def __init__(self, settings: AppSettings, pools: dict[str, DeploymentHandle],
+                       alerter: DeploymentHandle | None = None) -> None:
+        from alerting.telemetry import Telemetry
+
+        self.settings = s = settings
+        self.api_key = s.resolved_api_key()
+        self.max_body_bytes = s.max_body_bytes
         self._pools = pools
-        self._control = ControlFile(self.settings.resolved_state_dir())
+        self._alerter = alerter
+        self._control = ControlFile(s.resolved_state_dir())
+        self._load: dict[str, list] = {}
         self.catalog = ModelCatalog(self._fetch_index)
+        self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
+        if s.prometheus_port is not None:
+            import prometheus_client
+
+            prometheus_client.start_http_server(s.prometheus_port, addr="127.0.0.1")
+        self.counters = CounterRecorder(slow_s=s.slow_request_s)
+        self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
+                                       max_queue=s.call_log.max_queue)
+        self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
+        routes = load_routes(s.routes) if s.routes else {}
+        base = Path(s.routes).parent if isinstance(s.routes, str) else None
+        self.cache = ResultCache(s.cache, embedder=_embedder(s), on_event=self._on_cache_event)
         self.pipeline = Pipeline(
-            self.catalog,
-            RayDispatcher(pools),
-            config=PipelineConfig(
-                default_deadline_ms=self.settings.default_deadline_ms,
-                fallback_margin_ms=self.settings.fallback_margin_ms,
-            ),
+            self.catalog, RayDispatcher(pools),
+            config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
+                                  admission=s.admission, pool_capacity=s.pool_capacity),
+            routes=routes,
+            strategies={n: build_strategy(rc, base_dir=base) for n, rc in routes.items()},
+            cache=self.cache, breakers=self.breakers,
+            quotas=CallerQuotas(s.quotas) if s.quotas else None,
+            load=lambda pool: self._load.get(pool, ()),
+            recorders=(TelemetryRecorder(self.telemetry), self.counters,
+                       CallLogRecorder(self.call_log)),
         )
         self._app = build_http_app(self)
-        self._refresher: asyncio.Task | None = None
-        self._ensure_refresher()
+        self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
+        if alerter is not None:
+            from alerting.config import load_config
+            from alerting.rules import RuleEvaluator
+
+            cfg = load_config(s.alerting or {})
+            self._evaluator = RuleEvaluator(cfg.rules, cfg.environment)
+            self._tasks.append(asyncio.get_running_loop().create_task(self._alert_loop()))
 
     def __serve_build_asgi_app__(self):
         """Serve asks for the ASGI app after __init__; it is built over this instance."""
         return self._app
 
-    def _ensure_refresher(self) -> None:
-        if self._refresher is None or self._refresher.done():
-            self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
-
+    # -- background ---------------------------------------------------------------------------
     async def _fetch_index(self):
         return await self._pools["cpu"].index.remote()
 
@@ -79,20 +109,60 @@ class Ingress:
         while True:
             try:
                 await self.catalog.refresh()
-            except Exception as e:  # pools restarting: keep the last index
+                self._load = {p: [await h.routing_stats.remote()] for p, h in self._pools.items()}
+                self.breakers.poll()
+            except Exception as e:  # pools restarting: keep the last view
                 log.warning("catalog refresh failed: %s", e)
-            await asyncio.sleep(self.settings.poll_interval_s)
+            await asyncio.sleep(min(self.settings.poll_interval_s, 1.0))
+
+    async def _alert_loop(self) -> None:
+        from alerting.rules import MetricsSnapshot
+
+        while True:
+            await asyncio.sleep(self.settings.alert_eval_interval_s)
+            try:
+                failed = frozenset(
+                    n for n, e in self.catalog.snapshot().items()
+                    if e.error or any(v.state == "failed" for v in e.versions.values()))
+                snap = MetricsSnapshot(
+                    at=time.time(), models=self.counters.snapshot(),
+                    open_breakers=frozenset(f"{m}@{p}" for (m, p), st in
+                                            self.breakers.states().items()
+                                            if str(getattr(st, "value", st)).upper() == "OPEN"),
+                    failed_models=failed,
+                    cache_tiers_down=frozenset() if self.cache.redis_available is not False
+                    else frozenset({"redis"}))
+                for alert in self._evaluator.evaluate(snap):
+                    self._alert(alert.to_dict())
+            except Exception:  # alerting never takes serving down
+                log.exception("alert evaluation failed")
+
+    def _alert(self, alert: dict[str, Any]) -> None:
+        if self._alerter is not None:
+            self._alerter.submit.remote(alert)  # fire-and-forget
+
+    def _on_breaker(self, t: StateTransition) -> None:
+        model, pool = t.key
+        self.telemetry.set_breaker_state(model=model, pool=pool,
+                                         state=str(getattr(t.to_state, "value", t.to_state)).lower())
+        log.warning("breaker %s@%s: %s -> %s", model, pool, t.from_state, t.to_state)
+
+    def _on_cache_event(self, kind: str, detail: dict) -> None:
+        log.warning("cache event %s: %s", kind, detail)
 
     # -- handle API -----------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one inference. Raises typed ``router.errors`` exceptions on bad input."""
-        self._ensure_refresher()
-        if not isinstance(request, InferenceRequest):
-            raise InvalidRequest(
-                f"request: expected router.schemas.InferenceRequest, got {type(request).__name__}",
-                field="request",
-            )
-        return await self.pipeline.infer(request)
+        return await self.pipeline.infer(_check(request))
+
+    def stream(self, request: InferenceRequest):
+        return self.pipeline.stream(_check(request))
+
+    async def infer_stream(self, request: InferenceRequest):
+        """Stream answers (``handle.options(stream=True).infer_stream.remote(req)``): one, or
+        the fast then the refined answer of a fast-then-refine route."""
+        async for resp in self.pipeline.stream(_check(request)):
+            yield resp
 
     async def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pools": {}}
@@ -101,6 +171,16 @@ class Ingress:
                 out["pools"][name] = await handle.status.remote()
             except Exception as e:
                 out["pools"][name] = {"error": f"{type(e).__name__}: {e}"}
+        out["breakers"] = {f"{m}@{p}": str(getattr(st, "value", st)).lower()
+                           for (m, p), st in self.breakers.states().items()}
+        out["cache"] = {"counters": self.cache.counters(),
+                        "redis_available": self.cache.redis_available}
+        out["routes"] = sorted(self.pipeline.routes)
+        if self._alerter is not None:
+            try:
+                out["alerts"] = await self._alerter.status.remote()
+            except Exception as e:
+                out["alerts"] = {"error": f"{type(e).__name__}: {e}"}
         return out
 
     # -- Frontend (HTTP) --------------------------------------------------------------------
@@ -116,10 +196,10 @@ class Ingress:
         rows: list[dict[str, Any]] = []
         for name, entry in sorted(self.catalog.snapshot().items()):
             for v in sorted(entry.versions, key=version_order):
-                s = entry.versions[v]
-                row = {"name": name, "version": v, "state": s.state.upper()}
-                if s.reason:
-                    row["reason"] = s.reason
+                st = entry.versions[v]
+                row = {"name": name, "version": v, "state": st.state.upper()}
+                if st.reason:
+                    row["reason"] = st.reason
                 rows.append(row)
             if entry.error:
                 rows.append({"name": name, "version": "", "state": "UNAVAILABLE",
@@ -139,8 +219,6 @@ class Ingress:
         raise ServiceUnavailable(f"{what} did not complete within {timeout_s:.0f}s")
 
     async def load_model(self, name: str) -> dict[str, Any]:
-        from pool.repository import ModelRepository
-
         repo = ModelRepository(self.settings.repository)
         entry = (await asyncio.to_thread(repo.scan)).entry(name)
         if entry is None:
@@ -164,3 +242,19 @@ class Ingress:
         self._control.set_unloaded(name, True)
         await self._wait_for(lambda idx: name not in idx, f"unload of {name!r}")
         return {"name": name, "state": "UNLOADED"}
+
+
+def _check(request: Any) -> InferenceRequest:
+    if not isinstance(request, InferenceRequest):
+        raise InvalidRequest(
+            f"request: expected router.schemas.InferenceRequest, got {type(request).__name__}",
+            field="request")
+    return request
+
+
+def _embedder(s: AppSettings):
+    if not s.cache.semantic_dir:
+        return None
+    from router.cache import MiniLMEmbedder
+
+    return MiniLMEmbedder.load()

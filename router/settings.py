@@ -13,6 +13,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fallbacks import BreakerConfig, QuotaConfig
+from policies.admission import AdmissionConfig
+from router.cache import CacheSettings
+
 __all__ = ["PoolSettings", "AppSettings", "load_settings", "ENV_DIR"]
 
 ENV_DIR = Path(__file__).resolve().parent.parent / "deploy" / "env"
@@ -38,6 +42,14 @@ class GpuPoolSettings(PoolSettings):
     )
 
 
+class CallLogSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field("var/calllog.jsonl", description="JSON-lines file (when no Redis).")
+    redis_url: str | None = Field(None, description="Write to a Redis stream instead.")
+    max_queue: int = Field(10_000, ge=1, description="Records buffered before dropping.")
+
+
 class AppSettings(BaseModel):
     """Everything the app builder needs. Every field has a description."""
 
@@ -60,6 +72,24 @@ class AppSettings(BaseModel):
         description="CPU session pool.",
     )
     gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings, description="GPU pool.")
+    routes: list[dict[str, Any]] | str | None = Field(
+        None, description="Routes (virtual models): a list, or a routes YAML file path.")
+    cache: CacheSettings = Field(default_factory=CacheSettings,
+                                 description="Result cache; no redis_url = in-process only.")
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig,
+                                   description="Circuit breaker per (model, pool).")
+    admission: AdmissionConfig | None = Field(
+        default_factory=AdmissionConfig, description="Shedding by priority; null disables.")
+    pool_capacity: int = Field(64, ge=1, description="In-flight requests per pool before shedding.")
+    quotas: QuotaConfig | None = Field(None, description="Per-caller concurrency/rate limits.")
+    alerting: dict[str, Any] | None = Field(
+        None, description="alerting.AlertingConfig; null = no alerter deployment.")
+    alert_eval_interval_s: float = Field(5.0, gt=0, description="Alert rule evaluation period.")
+    slow_request_s: float = Field(1.0, gt=0, description="Requests slower than this count as slow.")
+    call_log: CallLogSettings = Field(default_factory=lambda: CallLogSettings(),
+                                      description="Per-caller call log (cost attribution).")
+    prometheus_port: int | None = Field(
+        None, ge=1, le=65535, description="Serve Timeshare's OpenTelemetry metrics here.")
 
     def resolved_state_dir(self) -> str:
         return self.state_dir or str(Path(self.repository) / ".timeshare")
@@ -92,4 +122,10 @@ def load_settings(args: dict[str, Any], *, env_dir: Path = ENV_DIR) -> AppSettin
         err = e.errors()[0]
         key = ".".join(str(x) for x in err["loc"])
         raise ValueError(f"timeshare settings (args + {path.name}): {key}: {err['msg']}") from None
-    return settings.model_copy(update={"repository": str(Path(settings.repository).resolve())})
+    update: dict[str, Any] = {"repository": str(Path(settings.repository).resolve())}
+    if isinstance(settings.routes, str):
+        update["routes"] = str(Path(settings.routes).resolve())
+    if settings.call_log.path:
+        update["call_log"] = settings.call_log.model_copy(
+            update={"path": str(Path(settings.call_log.path).resolve())})
+    return settings.model_copy(update=update)
