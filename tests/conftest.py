@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SMALL_DEMO = ["digits-small", "digits-large", "iris-mlp1x16", "iris-mlp2x16"]
+SMALL_DEMO = ["digits-small", "digits-large", "iris-mlp1x16", "iris-mlp1x64", "iris-mlp2x16"]
 
 
 def free_port() -> int:

@@ -1,0 +1,98 @@
+"""One real Timeshare app on a local Ray Serve for the whole test session.
+
+Ray and the app start once (a few tens of seconds on 2 cores) and every test in this folder
+shares them; tests that change the repository use their own model names so they cannot disturb
+each other. The app gets a private redis-server (so a test may stop it) when the binary is
+installed, and a real HTTP alert receiver on loopback.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import httpx
+import pytest
+
+from tests.integration.alerting.receiver import start_receiver
+from tests.integration.app.appkit import API_KEY, App, RedisServer, free_port, make_chaos_model
+
+ROUTES = [
+    {"name": "digits", "strategy": "cascade", "cheap": "digits-small",
+     "expensive": "digits-large", "threshold": 0.9, "spill": "cheap"},
+    {"name": "digits-refine", "strategy": "fast-then-refine", "cheap": "digits-small",
+     "expensive": "digits-large", "spill": "none"},
+]
+
+
+def _alerting(receiver_url: str) -> dict:
+    return {
+        "environment": "prod",
+        "route": {"receiver": "hook", "group_by": ["alertname", "model"], "group_wait": "1s",
+                  "group_interval": "2s", "repeat_interval": "1h"},
+        "receivers": [{"name": "hook", "send_resolved": True,
+                       "channels": [{"type": "webhook", "url": receiver_url}]}],
+        "rules": {
+            "min_requests": 5,
+            "error_rate": {"severity": "P1", "for": "1s", "threshold": 0.5, "window": "4s"},
+            # Only the error-rate rule matters to the end-to-end alert test; the others are
+            # exercised by the alerting unit tests and would only add noise here.
+            "latency_slo": {"enabled": False},
+            "degraded_share": {"enabled": False},
+            "shed_share": {"enabled": False},
+            "breaker_open": {"enabled": False},
+            "model_load_failure": {"enabled": False},
+            "cache_tier_down": {"enabled": False},
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def app(demo_repo_master, tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    from router.app import build_app
+
+    root = tmp_path_factory.mktemp("app")
+    repo = root / "repo"
+    shutil.copytree(demo_repo_master, repo)
+    make_chaos_model(repo, "chaos-hang", hang_s=3.0, deadline_ms=300, fallback=[
+        {"kind": "rules", "rules": [{"name": "iris-rule", "type": "threshold",
+                                     "input": "features", "reduce": "max", "op": "lt", "value": 1e9,
+                                     "outputs": {"logits": [[9.0, 0.0, 0.0]]}}]},
+        {"kind": "default", "outputs": {"logits": [[0.0, 0.0, 0.0]]}}])
+    make_chaos_model(repo, "chaos-fail", fallback=[{"kind": "model", "model": "iris-mlp1x16"}])
+    make_chaos_model(repo, "chaos-alert")  # no fallback: its failures are errors
+    redis_bin = shutil.which("redis-server")
+    redis = RedisServer(redis_bin) if redis_bin else None
+    if redis:
+        redis.start()
+    receiver = start_receiver()
+    http_port = free_port()
+    call_log = root / "calllog.jsonl"
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": http_port})
+    args = {
+        "repository": str(repo), "environment": "test", "routes": ROUTES, "api_key": API_KEY,
+        "poll_interval_s": 0.3, "default_deadline_ms": 5000,
+        "cache": {"redis_url": redis.url if redis else None, "redis_timeout_s": 0.05},
+        "alerting": _alerting(receiver.url("/alerts")), "alert_eval_interval_s": 0.5,
+        "call_log": {"path": str(call_log)},
+    }
+    serve.run(build_app(args), name="timeshare", route_prefix="/")
+    url = f"http://127.0.0.1:{http_port}"
+    a = App(url=url, repo=repo, handle=serve.get_app_handle("timeshare"), redis=redis,
+            receiver=receiver, call_log=call_log)
+    a.wait_for(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 200, 120, "ready")
+    yield a
+    serve.shutdown()
+    ray.shutdown()
+    receiver.server.shutdown()
+    if redis:
+        redis.stop()
+
+
+@pytest.fixture
+def http(app):
+    with app.client() as c:
+        yield c

@@ -1,0 +1,200 @@
+"""The serving core against a real local Ray Serve app: HTTP v2, handle, hot reload, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from deploy.demo_data import load_splits
+from tests.integration.app.appkit import API_KEY, v2_body
+
+
+def _http_logits(http, model: str, x: np.ndarray) -> np.ndarray:
+    r = http.post(f"/v2/models/{model}/infer", json=v2_body("pixels", x))
+    assert r.status_code == 200, r.text
+    out = r.json()["outputs"][0]
+    return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+
+def test_large_beats_small_on_held_out_split_over_http(http):
+    split = load_splits("digits")
+    acc = {}
+    for model in ("digits-small", "digits-large"):
+        preds = [_http_logits(http, model, split.test_x[i:i + 64]).argmax(1)
+                 for i in range(0, len(split.test_x), 64)]
+        acc[model] = float((np.concatenate(preds) == split.test_y).mean())
+    assert acc["digits-large"] > acc["digits-small"] + 0.01, acc
+    assert acc["digits-small"] > 0.9
+
+
+DRIVER = r"""
+import json, sys, numpy as np, ray
+from router.client import TimeshareClient
+ray.init(address=sys.argv[1], namespace="serve", log_to_driver=False)
+x = np.asarray(json.loads(sys.argv[2]), dtype=np.float32)
+out = {}
+client = TimeshareClient()
+for m in ("digits-small", "digits-large"):
+    r = client.infer(m, {"pixels": x}, caller="driver-test")
+    out[m] = {"logits": r.outputs["logits"].tolist(), "served_by": r.served_by,
+              "version": r.version}
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_separate_ray_driver_gets_identical_outputs_to_http(app, http):
+    import ray
+
+    x = load_splits("digits").test_x[:5]
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.run([sys.executable, "-c", DRIVER, address, json.dumps(x.tolist())],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    via_handle = json.loads(line[len("RESULT"):])
+    for model in ("digits-small", "digits-large"):
+        handle_logits = np.asarray(via_handle[model]["logits"], dtype=np.float32)
+        np.testing.assert_array_equal(handle_logits, _http_logits(http, model, x))
+        assert via_handle[model]["served_by"] == f"cpu:{model}@1"
+
+
+def test_unmodified_tritonclient_binary_and_json(app):
+    th = pytest.importorskip("tritonclient.http")
+    client = th.InferenceServerClient(app.url.removeprefix("http://"))
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready("digits-small")
+    meta = client.get_model_metadata("digits-small")
+    assert meta["inputs"][0] == {"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}
+    x = load_splits("digits").test_x[:3]
+    for binary in (True, False):
+        inp = th.InferInput("pixels", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=binary)
+        outs = [th.InferRequestedOutput("logits", binary_data=binary)]
+        # Triton's own `priority` argument is an int: Timeshare reads it as its class number
+        # (0 realtime .. 3 background; 0 is not sent by tritonclient = the model's default).
+        res = client.infer("digits-small", [inp], outputs=outs, priority=2,
+                           parameters={"caller": "triton"})
+        assert res.as_numpy("logits").shape == (3, 10)
+        assert res.get_response()["parameters"]["served_by"] == "cpu:digits-small@1"
+    with pytest.raises(Exception, match="unknown model"):
+        client.infer("no-such-model", [inp])
+
+
+@pytest.mark.parametrize("path, body, status, field", [
+    ("/v2/models/nope/infer", v2_body("pixels", np.zeros((1, 64))), 404, "model"),
+    ("/v2/models/digits-small/versions/9/infer", v2_body("pixels", np.zeros((1, 64))), 404,
+     "version"),
+    ("/v2/models/digits-small/infer", v2_body("pixelz", np.zeros((1, 64))), 400, "inputs.pixelz"),
+    ("/v2/models/digits-small/infer", {"inputs": [{"name": "pixels", "shape": [1, 64],
+                                                   "datatype": "INT64", "data": [1.5] * 64}]},
+     400, "inputs.pixels.data"),
+    ("/v2/models/digits-small/infer", {"inputs": [{"name": "pixels", "shape": [1, 64],
+                                                   "datatype": "FP64x", "data": [1] * 64}]},
+     400, "inputs.pixels.datatype"),
+    ("/v2/models/digits-small/infer", v2_body("pixels", np.zeros((1, 63))), 400, "inputs.pixels"),
+    ("/v2/models/digits-small/infer", v2_body("pixels", np.zeros((1, 8, 8))), 400,
+     "inputs.pixels"),
+    ("/v2/models/digits-small/infer", v2_body("pixels", np.zeros((65, 64))), 400,
+     "inputs.pixels"),
+    ("/v2/models/digits-small/infer", {"inputs": [{"name": "pixels", "shape": [1, 2],
+                                                   "datatype": "FP32", "data": ["a", "b"]}]},
+     400, "inputs.pixels.data"),
+    ("/v2/models/digits-small/infer", {"inputs": []}, 400, "inputs"),
+    ("/v2/models/digits-small/infer", v2_body("pixels", np.zeros((1, 64)), priority="urgent"),
+     400, "parameters.priority"),
+])
+def test_bad_input_gets_4xx_naming_the_field(http, path, body, status, field):
+    r = http.post(path, json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["field"] == field
+
+
+def test_malformed_and_oversized_bodies(app, http):
+    r = http.post("/v2/models/digits-small/infer", content=b'{"inputs": [', headers={
+        "content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["field"] == "body"
+    huge = b"[" + b"0," * (20 << 20) + b"0]"
+    r = http.post("/v2/models/digits-small/infer", content=huge)
+    assert r.status_code == 413 and r.json()["field"] == "body"
+    # the replica survived every one of them
+    assert http.post("/v2/models/digits-small/infer",
+                     json=v2_body("pixels", np.zeros((1, 64)))).status_code == 200
+
+
+def test_handle_raises_typed_errors(app):
+    from router.errors import InvalidRequest, ModelNotFound
+    from router.schemas import InferenceRequest
+
+    with pytest.raises(InvalidRequest) as e:
+        app.handle.infer.remote(InferenceRequest(model="digits-small",
+                                                 inputs={"pixels": np.zeros((1, 3))})).result()
+    assert e.value.field == "inputs.pixels" and "[batch, 64]" in e.value.message
+    with pytest.raises(ModelNotFound):
+        app.handle.infer.remote(InferenceRequest(model="nope",
+                                                 inputs={"pixels": np.zeros((1, 64))})).result()
+
+
+def test_new_version_served_without_restart_and_corrupt_one_refused(app, http):
+    repo = app.repo
+    name = "hot-reload"
+    shutil.copytree(repo / "iris-mlp1x16", repo / name, ignore=shutil.ignore_patterns("2*"))
+    cfg = (repo / name / "config.yaml").read_text().replace("name: iris-mlp1x16", f"name: {name}")
+    (repo / name / "config.yaml").write_text(cfg)
+    body = v2_body("features", np.array([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+
+    def served_by():
+        r = http.post(f"/v2/models/{name}/infer", json=body)
+        return r.json()["parameters"]["served_by"] if r.status_code == 200 else None
+
+    app.wait_for(lambda: served_by() == f"cpu:{name}@1", 30, "new model picked up")
+    v1 = http.post(f"/v2/models/{name}/infer", json=body).json()["outputs"][0]["data"]
+    # version 2: other weights (a TorchScript archive carries its own architecture)
+    shutil.copytree(repo / "iris-mlp1x64" / "1", repo / name / ".incoming")
+    (repo / name / ".incoming").rename(repo / name / "2")
+    app.wait_for(lambda: served_by() == f"cpu:{name}@2", 30, "version 2 made default")
+    v2 = http.post(f"/v2/models/{name}/infer", json=body).json()["outputs"][0]["data"]
+    assert v1 != v2
+    pinned = http.post(f"/v2/models/{name}/versions/1/infer", json=body)
+    assert pinned.json()["parameters"]["served_by"] == f"cpu:{name}@1"  # both versions live
+    # version 3 is corrupt: refused, reported, version 2 keeps serving
+    (repo / name / "3").mkdir()
+    (repo / name / "3" / "model.pt").write_bytes(b"this is not a torchscript archive")
+
+    def v3_failed():
+        rows = http.post("/v2/repository/index", headers={"X-API-Key": API_KEY}).json()
+        return any(r["name"] == name and r["version"] == "3" and r["state"] == "FAILED"
+                   for r in rows)
+
+    app.wait_for(v3_failed, 30, "corrupt version reported")
+    assert served_by() == f"cpu:{name}@2"
+    r = http.post(f"/v2/models/{name}/versions/3/infer", json=body)
+    assert r.status_code == 404 and "failed" in r.json()["error"]
+
+
+def test_repository_api_requires_key_and_unloads_and_loads(http):
+    assert http.post("/v2/repository/index").status_code == 401
+    assert http.post("/v2/repository/index", headers={"X-API-Key": "wrong"}).status_code == 401
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    rows = http.post("/v2/repository/index", headers=auth).json()
+    assert {"name": "digits-small", "version": "1", "state": "READY"} in rows
+    assert http.post("/v2/repository/models/iris-mlp1x256/unload").status_code == 401
+    body = v2_body("features", np.ones((1, 4), dtype=np.float32))
+    r = http.post("/v2/repository/models/iris-mlp1x64/unload", headers=auth)
+    assert r.status_code == 200, r.text
+    assert http.post("/v2/models/iris-mlp1x64/infer", json=body).status_code == 404
+    r = http.post("/v2/repository/models/iris-mlp1x64/load", headers=auth)
+    assert r.status_code == 200 and r.json()["state"] == "READY", r.text
+    assert http.post("/v2/models/iris-mlp1x64/infer", json=body).status_code == 200
+    assert http.post("/v2/repository/models/nope/load", headers=auth).status_code == 404
+
+
+def test_status_lists_devices_models_and_queues(http):
+    st = http.get("/v2/status").json()
+    cpu = st["pools"]["cpu"]
+    assert cpu["models"]["digits-small"]["default_version"] == "1"
+    assert "queue_depth" in cpu["device"] and "resident" in cpu["device"]
