@@ -92,12 +92,30 @@ def _parser() -> argparse.ArgumentParser:
     for name, target, help_ in _EXTERNAL:
         p = sub.add_parser(name, help=help_, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=lambda a, t=target: _load(t)(a.rest))
+        p.set_defaults(func=lambda a, t=target, n=name: _dispatch(n, t, a.rest))
     return ap
 
 
-# Subcommands implemented in their own packages: (name, "module:function(argv) -> int", help)
-_EXTERNAL: list[tuple[str, str, str]] = []
+# Subcommands implemented in their own packages: (name, "module:function" or {verb: ...}, help).
+# Each function takes the remaining argv and returns the exit status.
+_EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
+    ("loadtest", "deploy.loadtest:main", "open-loop load test with a Markdown/JSON report"),
+    ("usage", "deploy.usage:main", "requests and device-seconds per caller from the call log"),
+    ("alerts", {"test": "alerting.cli:alerts_test"}, "alerts test: send a test notification"),
+    ("routes", {"retrain": "router.route_training:retrain_main",
+                "calibrate": "router.route_training:calibrate_main"},
+     "routes retrain|calibrate: train the predictive router, calibrate a threshold"),
+]
+
+
+def _dispatch(name: str, target: str | dict[str, str], rest: list[str]) -> int:
+    if isinstance(target, str):
+        return _load(target)(rest)
+    if not rest or rest[0] not in target:
+        verbs = "|".join(target)
+        print(f"usage: timeshare {name} {{{verbs}}} ...", file=sys.stderr)
+        return 2
+    return _load(target[rest[0]])(rest[1:])
 
 
 def _load(path: str) -> Callable[[list[str]], int]:
@@ -108,6 +126,10 @@ def _load(path: str) -> Callable[[list[str]], int]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    external = {name: target for name, target, _ in _EXTERNAL}
+    if argv and argv[0] in external:  # their own parsers handle everything after the name
+        return int(_dispatch(argv[0], external[argv[0]], argv[1:]) or 0)
     args = _parser().parse_args(argv)
     return int(args.func(args) or 0)
 

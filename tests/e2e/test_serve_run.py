@@ -1,0 +1,92 @@
+"""End to end: start the app with `serve run deploy/config.yaml` as a user would, talk HTTP.
+
+The test lays out a working folder like a checkout (deploy/config.yaml with a free port, the
+routes file, a small demo repository at var/model_repository) and runs the real `serve` command
+there. RAY_ADDRESS=local makes `serve run` start its own Ray instance even when the integration
+tests' instance is up in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from deploy.demo_data import load_splits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def workdir(demo_repo_master, tmp_path) -> tuple[Path, int]:
+    port = _free_port()
+    (tmp_path / "deploy").mkdir()
+    cfg = yaml.safe_load((ROOT / "deploy" / "config.yaml").read_text())
+    cfg["http_options"]["port"] = port
+    (tmp_path / "deploy" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    shutil.copy(ROOT / "deploy" / "routes.yaml", tmp_path / "deploy" / "routes.yaml")
+    shutil.copytree(demo_repo_master, tmp_path / "var" / "model_repository")
+    return tmp_path, port
+
+
+def test_serve_run_config_answers_over_http(workdir):
+    cwd, port = workdir
+    serve_bin = Path(sys.executable).with_name("serve")
+    env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONUNBUFFERED": "1"}
+    log = open(cwd / "serve.log", "w")
+    proc = subprocess.Popen([str(serve_bin), "run", "deploy/config.yaml"], cwd=cwd, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (cwd / "serve.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail("app not ready in 240 s:\n" + (cwd / "serve.log").read_text()[-3000:])
+        split = load_splits("digits")
+        x, y = split.test_x[:64], split.test_y[:64]
+        body = {"inputs": [{"name": "pixels", "shape": list(x.shape), "datatype": "FP32",
+                            "data": x.reshape(-1).tolist()}],
+                "parameters": {"caller": "e2e", "priority": "realtime"}}
+        for model in ("digits-small", "digits-large", "digits"):
+            r = httpx.post(f"{url}/v2/models/{model}/infer", json=body, timeout=30)
+            assert r.status_code == 200, r.text
+            out = r.json()["outputs"][0]
+            pred = np.asarray(out["data"]).reshape(out["shape"]).argmax(1)
+            assert (pred == y).mean() > 0.9
+        route = r.json()["parameters"]["route"]
+        assert '"route":"digits"' in route and '"strategy":"cascade"' in route
+        bad = httpx.post(f"{url}/v2/models/digits-small/infer", json={"inputs": [
+            {"name": "pixels", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]})
+        assert bad.status_code == 400 and bad.json()["field"] == "inputs.pixels"
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # serve run shuts the app and its Ray down on ^C
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()
