@@ -162,8 +162,10 @@ class Pipeline:
         if self.cache is None:
             answer, outcome = (await compute())[0], CacheOutcome("off")
         else:
+            # Keyed on the inputs as sent (dtype included: [1, 2] as int and as float differ),
+            # computed on the validated, cast ones.
             answer, outcome = await self.cache.get_or_compute(
-                model=model, version=version, inputs=inputs, text=req.text, policy=cfg.cache,
+                model=model, version=version, inputs=req.inputs, text=req.text, policy=cfg.cache,
                 control=req.cache, compute=compute)
         timings = getattr(answer, "timings", None) or Timings()
         return InferenceResponse(
@@ -276,11 +278,12 @@ class Pipeline:
         """Run ``model`` unless the pools' load says it would miss the deadline (then spill)."""
         is_expensive = model == rc.expensive and rc.spill != "none"
         primary = "gpu" if "gpu" in self.dispatcher.pools else "cpu"
-        if not is_expensive:
+        gpu_stats = list(self.load(primary))
+        if not is_expensive or not gpu_stats:  # no load report yet: nothing to spill on
             return _with_route(await run(model), info, [*ran, model])
         key = (rc.name, req.priority)
         d = decide_spill(
-            gpu=list(self.load(primary)), priority=req.priority, deadline_s=deadline.remaining(),
+            gpu=gpu_stats, priority=req.priority, deadline_s=deadline.remaining(),
             compute_s=self._compute_s.get(model, 0.0), target=rc.spill,
             state=self._spill.get(key, SpillState()), config=rc.spill_config,
             cpu=list(self.load("cpu")) if primary == "gpu" else None, now=self._clock())
