@@ -177,12 +177,12 @@ async def run(args) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="also write the JSON object to this file")
-    ap.add_argument("--seconds", type=float, default=3.0,
+    ap.add_argument("--seconds", type=float, default=2.0,
                     help="duration of each phase in each round")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of all phases, interleaved")
-    ap.add_argument("--rt-rate", type=float, default=20.0, help="realtime requests per second")
+    ap.add_argument("--rounds", type=int, default=6, help="rounds of all phases, interleaved")
+    ap.add_argument("--rt-rate", type=float, default=40.0, help="realtime requests per second")
     ap.add_argument("--bg-clients", type=int, default=8)
-    ap.add_argument("--bg-rows", type=int, default=128)
+    ap.add_argument("--bg-rows", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=1024,
                     help="DeviceSpec.chunk_size: the most rows in one chunk")
     ap.add_argument("--chunk-ms", type=float, default=2.0,

@@ -298,9 +298,15 @@ class DeviceWorker:
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
     def snapshot(self) -> SchedulerSnapshot:
-        """The queues as the scheduling policy sees them (cancelled requests left out)."""
+        """The queues as the scheduling policy sees them (cancelled requests left out).
+
+        Only models with queued requests are described: an idle model cannot be chosen, and
+        with many models registered (most of them idle) this keeps each decision cheap.
+        """
         models = []
         for key, entry in self._models.items():
+            if not entry.queue:
+                continue
             entry.queue = [p for p in entry.queue if not p.future.done()]
             name = str(key)
             reqs = tuple(
