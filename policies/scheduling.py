@@ -131,21 +131,36 @@ class SchedulingPolicy(ABC):
     def effective_class(self, req: RequestView, now: float) -> Priority:
         return req.priority
 
-    def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
+    def triage(self, snap: SchedulerSnapshot) -> tuple[list[int], dict[str, list[RequestView]]]:
+        """Split the queues into requests to expire now and live ones (per model, rank order).
+
+        Requests are walked in rank order while the estimated work ahead adds up (rows times
+        cost per row, plus one swap-in per model not resident). A request that would finish
+        after its deadline behind the work ranked before it is not run: its fallback is better
+        served now, and under overload the time goes to requests that can still make it
+        instead of to ones that would answer late anyway. Costs are measured compute only
+        (optimistic), so a request is dropped only when even that estimate misses.
+        """
+        order = sorted(
+            ((self.rank(r, snap.now), r, m) for m in snap.models for r in m.requests),
+            key=lambda t: t[0],
+        )
         expired: list[int] = []
         live: dict[str, list[RequestView]] = {}
+        ahead = 0.0
+        for _, r, m in order:
+            swap = 0.0 if m.resident or m.key in live else m.swap_cost_s
+            work = swap + r.rows * m.row_cost_s
+            if r.deadline is not None and snap.now + ahead + work >= r.deadline:
+                expired.append(r.id)
+                continue
+            ahead += work
+            live.setdefault(m.key, []).append(r)
+        return expired, live
+
+    def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
+        expired, live = self.triage(snap)
         by_key = {m.key: m for m in snap.models}
-        for m in snap.models:
-            keep = []
-            for r in m.requests:
-                # Not run when it cannot finish in time: its fallback is better served now.
-                if r.deadline is not None and snap.now + r.rows * m.row_cost_s >= r.deadline:
-                    expired.append(r.id)
-                else:
-                    keep.append(r)
-            if keep:
-                keep.sort(key=lambda r: self.rank(r, snap.now))
-                live[m.key] = keep
         if not live:
             return ScheduleDecision(expired=tuple(expired), reason="idle")
         best = min(live, key=lambda k: self.rank(live[k][0], snap.now))

@@ -179,3 +179,24 @@ def test_chunk_ms_must_be_positive():
         PrioritySchedulingPolicy(chunk_ms={G: 0.0})
     with pytest.raises(ValueError, match="chunk_ms"):
         PrioritySchedulingPolicy(chunk_ms=-1)
+
+
+def test_requests_that_would_miss_behind_the_work_ranked_ahead_are_expired():
+    # Each alone fits its deadline; together the second would finish at +20 ms > +16 ms.
+    a = model("a", req(1, I, deadline=NOW + 0.015, rows=10), req(2, I, deadline=NOW + 0.016,
+                                                                    rows=10), row_cost=0.001)
+    d = policy.decide(snap(a))
+    assert d.expired == (2,) and d.request_ids == (1,)
+    # A more urgent class is ahead of an interactive request even with a later deadline.
+    rt = model("rt", req(3, R, deadline=NOW + 1.0, rows=10), row_cost=0.001)
+    i = model("i", req(4, I, deadline=NOW + 0.012, rows=5), row_cost=0.001)
+    d = policy.decide(snap(rt, i))
+    assert d.expired == (4,) and d.model == "rt"
+    # A swap-in counts once per model that is not resident.
+    cold = ModelView("cold", False, (req(5, I, deadline=NOW + 0.05, rows=1),
+                                     req(6, I, deadline=NOW + 0.05, rows=1)), 32, 0.0, 0.001, 0.04)
+    d = policy.decide(snap(cold))
+    assert d.expired == () and d.request_ids == (5, 6)
+    # Without deadlines nothing is dropped, however much work is queued.
+    bg = model("bg", *[req(10 + k, G, rows=100) for k in range(5)], row_cost=0.001)
+    assert policy.decide(snap(bg)).expired == ()
