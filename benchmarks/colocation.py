@@ -1,17 +1,18 @@
 """Many models on one device: Timeshare's pool vs stock Ray Serve ``@serve.multiplexed``.
 
-    python -m benchmarks.colocation --json out.json [--models 40] [--seconds 15] [--rate 60]
+    python -m benchmarks.colocation --json out.json [--models 40] [--seconds 15] [--rates 70,90]
 
 ``--models`` TorchScript MLPs are written to a temporary model repository. The device budget holds
 about a quarter of their weights. Requests pick a model by Zipf(1.1) popularity and arrive
-open-loop (Poisson, ``--rate``/s), each with a deadline (``--deadline-ms``). Both arms run in one
-local Ray instance, one after the other, with one replica each:
+open-loop (Poisson, at each of ``--rates``/s), each with a deadline (``--deadline-ms``). Both arms
+run in one local Ray instance, one after the other, with one replica each:
 
 - baseline: stock ``@serve.multiplexed(max_num_models_per_replica=K)``, K = models that fit in the
   budget; a miss loads the model from disk (LRU eviction, no priorities);
-- timeshare: a minimal deployment wrapping ``DeviceWorker`` (CPU stand-in with the same budget,
-  weights kept in the host tier, swap-in = a copy into the device arena), routed by
-  ``TimeshareRequestRouter``. (Defined here because the pool deployment lives with the lead.)
+- timeshare: the real ``pool.deployments.PoolDeployment`` over the same repository folder (CPU
+  stand-in with the same budget, weights kept in the host tier, swap-in = a copy into the device
+  arena), routed by ``TimeshareRequestRouter`` and called as the ingress calls it
+  (``infer.remote(pool.wire.work_request(...))``).
 
 Reports p50/p99 latency, goodput (answers within the deadline per second), swaps/loads, ratios.
 Targets: p99 at most 1/3 of the baseline's, goodput at least 2x.
@@ -30,19 +31,32 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
 
 IN, HIDDEN = 64, 512
 
 
 def build_repo(root: Path, n: int) -> int:
-    """Write ``n`` TorchScript MLPs; returns the bytes of one model's weights."""
+    """Write ``n`` TorchScript MLPs as a model repository; returns one model's weight bytes.
+
+    Layout: ``<root>/<name>/config.yaml`` + ``<root>/<name>/1/model.pt`` (what both arms load).
+    """
     nbytes = 0
     for i in range(n):
         torch.manual_seed(i)
         m = nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
                           nn.Linear(HIDDEN, 10)).eval()
-        torch.jit.script(m).save(str(root / f"m{i:02d}.pt"))
+        name = f"m{i:02d}"
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.yaml").write_text(yaml.safe_dump({
+            "name": name,
+            "inputs": [{"name": "x", "dtype": "FP32", "shape": [IN]}],
+            "outputs": [{"name": "y", "dtype": "FP32", "shape": [10]}],
+            "max_batch_size": 32,
+            "batch_wait_ms": 0,
+        }))
+        torch.jit.script(m).save(str(root / name / "1" / "model.pt"))
         nbytes = sum(p.numel() * p.element_size() for p in m.parameters())
     return nbytes
 
@@ -53,11 +67,18 @@ def zipf_weights(n: int, s: float = 1.1) -> list[float]:
     return [x / total for x in w]
 
 
-def _deployments(repo: str, names: list[str], budget: int, k: int):
+def _deployments(repo: str, state_dir: str, budget: int, k: int, poll_s: float):
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
-    @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0})
+    from pool.deployments import PoolDeployment
+
+    # Both arms: same replica count, same concurrency cap, no per-request access log (it costs
+    # each arm the same CPU and is not what is compared).
+    common = {"max_ongoing_requests": 512, "ray_actor_options": {"num_cpus": 0},
+              "logging_config": {"enable_access_log": False}}
+
+    @serve.deployment(**common)
     class Multiplexed:
         def __init__(self) -> None:
             torch.set_num_threads(1)
@@ -66,7 +87,7 @@ def _deployments(repo: str, names: list[str], budget: int, k: int):
         @serve.multiplexed(max_num_models_per_replica=k)
         async def get_model(self, model_id: str):
             self.loads += 1
-            return torch.jit.load(os.path.join(repo, f"{model_id}.pt"))
+            return torch.jit.load(os.path.join(repo, model_id, "1", "model.pt"))
 
         async def __call__(self, x: np.ndarray, deadline_s: float) -> bool:
             model = await self.get_model(serve.get_multiplexed_model_id())
@@ -77,55 +98,20 @@ def _deployments(repo: str, names: list[str], budget: int, k: int):
         def stats(self) -> dict:
             return {"disk_loads": self.loads}
 
-    @serve.deployment(
-        max_ongoing_requests=512, ray_actor_options={"num_cpus": 0},
+    # The real pool deployment (ModelHost over the repository, one DeviceWorker), on the CPU
+    # stand-in with the same budget, routed by TimeshareRequestRouter.
+    timeshare = PoolDeployment.options(
+        name="Pool", **common,
         request_router_config=RequestRouterConfig(
             request_router_class="pool.request_router:TimeshareRequestRouter",
             request_routing_stats_period_s=0.5),
-    )
-    class Timeshare:
-        def __init__(self) -> None:
-            torch.set_num_threads(1)
-            self.worker = None
-
-        async def setup(self) -> None:
-            from pool._private.worker import DeviceWorker, ModelKey
-            from pool.config import ModelConfig
-            from pool.device import DeviceSpec
-
-            self.worker = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=budget,
-                                                  threads=1))
-            for name in names:
-                cfg = ModelConfig(name=name, inputs=[{"name": "x", "dtype": "FP32", "shape": [IN]}],
-                                  outputs=[{"name": "y", "dtype": "FP32", "shape": [10]}],
-                                  batch_wait_ms=0)
-                path = os.path.join(repo, f"{name}.pt")
-                await self.worker.add_model(ModelKey(name, "1"), cfg,
-                                            lambda p=path: torch.jit.load(p))
-
-        async def __call__(self, request: dict) -> bool:
-            from pool._private.worker import ModelKey
-            from pool.errors import RequestExpired
-
-            try:
-                await self.worker.infer(
-                    ModelKey(request["model"], "1"), {"x": torch.from_numpy(request["x"])},
-                    deadline=time.monotonic() + request["deadline_s"])
-            except RequestExpired:
-                return False
-            return True
-
-        def record_routing_stats(self) -> dict:
-            return self.worker.routing_stats().to_dict() if self.worker else {}
-
-        def stats(self) -> dict:
-            st = self.worker.status()
-            return {"swaps": st["swaps"], "expired": st["expired"], "evictions": st["evictions"]}
-
-    return Multiplexed, Timeshare
+    ).bind(pool="gpu", repository=repo, state_dir=state_dir,
+           device={"kind": "cpu", "memory_budget_bytes": budget, "threads": 1},
+           poll_interval_s=poll_s)
+    return Multiplexed.bind(), timeshare
 
 
-async def _drive(call, names, weights, args) -> tuple[list[float], int]:
+async def _drive(call, names, weights, rate: float, args) -> tuple[list[float], int]:
     rng = random.Random(11)
     lat: list[float] = []
     ok = 0
@@ -137,7 +123,7 @@ async def _drive(call, names, weights, args) -> tuple[list[float], int]:
         t0 = time.perf_counter()
         try:
             served = await call(name, x, deadline_s)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any error (expired, overloaded) is a miss
             served = False
         dt = time.perf_counter() - t0
         lat.append(dt)
@@ -148,7 +134,7 @@ async def _drive(call, names, weights, args) -> tuple[list[float], int]:
     start = time.perf_counter()
     next_at = start
     while True:
-        next_at += rng.expovariate(args.rate)
+        next_at += rng.expovariate(rate)
         if next_at - start >= args.seconds:
             break
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
@@ -164,49 +150,110 @@ def _summary(lat: list[float], ok: int, seconds: float, extra: dict) -> dict:
             "goodput_per_s": round(ok / seconds, 2), "within_deadline": ok, **extra}
 
 
-async def _run_arms(args, repo: str, names: list[str], budget: int, k: int) -> dict:
+async def _wait_ready(handle, names: list[str], timeout_s: float = 60.0) -> None:
+    """Until the pool has every model ready (the repository settles before a version counts)."""
+    stop = time.monotonic() + timeout_s
+    while True:
+        await handle.sync_now.remote()
+        index = await handle.index.remote()
+        if all(n in index and index[n].ready for n in names):
+            return
+        if time.monotonic() > stop:
+            missing = [n for n in names if n not in index or not index[n].ready]
+            raise RuntimeError(f"pool did not load {missing} within {timeout_s} s")
+        await asyncio.sleep(0.5)
+
+
+async def _run_arms(args, repo: str, state_dir: str, names: list[str], budget: int,
+                    k: int) -> dict[float, dict]:
+    """Both arms, each deployed once and driven at every rate in turn (backlog drained)."""
     from ray import serve
 
-    Multiplexed, Timeshare = _deployments(repo, names, budget, k)
-    weights = zipf_weights(len(names))
-    out = {}
+    from policies.priority import Priority
+    from pool.wire import work_request
 
-    base = serve.run(Multiplexed.bind(), name="baseline", route_prefix=None)
+    baseline_app, timeshare_app = _deployments(repo, state_dir, budget, k, args.poll_s)
+    weights = zipf_weights(len(names))
+    out: dict[float, dict] = {rate: {} for rate in args.rates}
+
+    base = serve.run(baseline_app, name="colo_baseline", route_prefix=None)
 
     async def call_base(name, x, deadline_s):
         return await base.options(multiplexed_model_id=name).remote(x, deadline_s)
 
-    lat, ok = await _drive(call_base, names, weights, args)
-    out["baseline"] = _summary(lat, ok, args.seconds, await base.stats.remote())
-    serve.delete("baseline")
+    for rate in args.rates:
+        loads = (await base.stats.remote())["disk_loads"]
+        lat, ok = await _drive(call_base, names, weights, rate, args)
+        loads = (await base.stats.remote())["disk_loads"] - loads
+        out[rate]["baseline"] = _summary(lat, ok, args.seconds, {"disk_loads": loads})
+    serve.delete("colo_baseline")
 
-    ts = serve.run(Timeshare.bind(), name="timeshare", route_prefix=None)
-    await ts.setup.remote()
+    ts = serve.run(timeshare_app, name="colo_timeshare", route_prefix=None)
+    await _wait_ready(ts, names)
 
     async def call_ts(name, x, deadline_s):
-        return await ts.remote({"model": name, "x": x, "deadline_s": deadline_s})
+        # What the ingress sends: the wire form as the first positional argument.
+        await ts.infer.remote(work_request(name, None, {"x": x}, Priority.INTERACTIVE,
+                                           deadline_s))
+        return True
 
-    lat, ok = await _drive(call_ts, names, weights, args)
-    out["timeshare"] = _summary(lat, ok, args.seconds, await ts.stats.remote())
-    serve.delete("timeshare")
+    for rate in args.rates:
+        before = (await ts.status.remote())["device"]
+        lat, ok = await _drive(call_ts, names, weights, rate, args)
+        after = (await ts.status.remote())["device"]
+        out[rate]["timeshare"] = _summary(lat, ok, args.seconds, {
+            "swaps": after["swaps"]["count"] - before["swaps"]["count"],
+            "swap_ms": round(after["swaps"]["ms"] - before["swaps"]["ms"], 1),
+            "disk_loads": after["swaps"]["disk_loads"] - before["swaps"]["disk_loads"],
+            **{n: after[n] - before[n] for n in ("expired", "evictions", "chunks")}})
+    serve.delete("colo_timeshare")
     return out
+
+
+def _compare(rate: float, b: dict, t: dict) -> dict:
+    """One rate's row: both arms and the ratios (None where the baseline's figure is 0)."""
+    p99_ratio = t["p99_ms"] / b["p99_ms"] if b["p99_ms"] else None
+    goodput_ratio = t["goodput_per_s"] / b["goodput_per_s"] if b["goodput_per_s"] else None
+    return {
+        "rate_per_s": rate, "baseline": b, "timeshare": t,
+        "p99_ratio_timeshare_over_baseline": None if p99_ratio is None else round(p99_ratio, 3),
+        "goodput_ratio_timeshare_over_baseline":
+            None if goodput_ratio is None else round(goodput_ratio, 3),
+        "goodput_ratio_note": ("baseline goodput is 0 (every answer missed the deadline)"
+                               if goodput_ratio is None else ""),
+        "meets_targets": bool(p99_ratio is not None and p99_ratio <= 1 / 3
+                              and (goodput_ratio >= 2.0 if goodput_ratio is not None
+                                   else t["goodput_per_s"] > 0)),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="also write the JSON object to this file")
     ap.add_argument("--models", type=int, default=40)
-    ap.add_argument("--seconds", type=float, default=15.0, help="load duration of each arm")
-    ap.add_argument("--rate", type=float, default=80.0, help="requests per second (Poisson)")
+    ap.add_argument("--seconds", type=float, default=15.0,
+                    help="load duration of each arm at each rate")
+    ap.add_argument("--rates", type=str, default="70,90",
+                    help="requests per second (Poisson), comma-separated; the first is headline")
     ap.add_argument("--deadline-ms", type=float, default=250.0)
+    ap.add_argument("--poll-s", type=float, default=5.0,
+                    help="the pool's repository poll interval (PoolDeployment poll_interval_s)")
     args = ap.parse_args(argv)
+    try:
+        args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        ap.error(f"--rates must be numbers separated by commas, got {args.rates!r}")
+    if not args.rates or min(args.rates) <= 0:
+        ap.error(f"--rates must be positive, got {args.rates}")
     if args.models < 4:
         ap.error(f"--models must be >= 4, got {args.models}")
     import ray
     from ray import serve
 
     with tempfile.TemporaryDirectory(prefix="timeshare-colo-") as tmp:
-        model_bytes = build_repo(Path(tmp), args.models)
+        repo, state_dir = Path(tmp) / "repo", Path(tmp) / "state"
+        repo.mkdir()
+        model_bytes = build_repo(repo, args.models)
         names = [f"m{i:02d}" for i in range(args.models)]
         budget = args.models * model_bytes // 4
         k = max(1, budget // model_bytes)
@@ -214,28 +261,22 @@ def main(argv: list[str] | None = None) -> dict:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": root}})
         try:
-            arms = asyncio.run(_run_arms(args, tmp, names, budget, k))
+            arms = asyncio.run(_run_arms(args, str(repo), str(state_dir), names, budget, k))
         finally:
             serve.shutdown()
             ray.shutdown()
-    b, t = arms["baseline"], arms["timeshare"]
-    p99_ratio = t["p99_ms"] / b["p99_ms"] if b["p99_ms"] else None
-    goodput_ratio = t["goodput_per_s"] / b["goodput_per_s"] if b["goodput_per_s"] else None
+    rows = [_compare(rate, arms[rate]["baseline"], arms[rate]["timeshare"])
+            for rate in args.rates]
+    head = rows[0]
     out = {
         "benchmark": "colocation", "models": args.models, "zipf_s": 1.1,
         "model_bytes": model_bytes, "device_budget_bytes": budget,
-        "baseline_max_num_models_per_replica": k, "replicas": 1, "rate_per_s": args.rate,
+        "baseline_max_num_models_per_replica": k, "replicas": 1,
         "seconds_per_arm": args.seconds, "deadline_ms": args.deadline_ms,
-        "baseline": b, "timeshare": t,
-        "p99_ratio_timeshare_over_baseline": None if p99_ratio is None else round(p99_ratio, 3),
-        "goodput_ratio_timeshare_over_baseline":
-            None if goodput_ratio is None else round(goodput_ratio, 3),
-        "goodput_ratio_note": ("baseline goodput is 0 (every answer missed the deadline)"
-                               if goodput_ratio is None else ""),
+        "repository_poll_s": args.poll_s,
+        **head,
+        "other_rates": rows[1:],
         "targets": {"p99_ratio_max": 1 / 3, "goodput_ratio_min": 2.0},
-        "meets_targets": bool(p99_ratio is not None and p99_ratio <= 1 / 3
-                              and (goodput_ratio >= 2.0 if goodput_ratio is not None
-                                   else t["goodput_per_s"] > 0)),
     }
     text = json.dumps(out)
     print(text)

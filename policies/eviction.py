@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from policies.priority import Priority
 
 __all__ = [
-    "ResidentView",
-    "EvictionRequest",
+    "EVICTION_POLICIES",
     "EvictionDecision",
     "EvictionPolicy",
-    "PriorityLruEviction",
+    "EvictionRequest",
     "LruEviction",
-    "EVICTION_POLICIES",
+    "PriorityLruEviction",
+    "ResidentView",
     "get_eviction_policy",
 ]
 

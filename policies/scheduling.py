@@ -7,8 +7,10 @@ every chunk, a more urgent arrival waits at most one chunk of less urgent work (
 Policies (one registry, :func:`get_scheduling_policy`):
 
 - ``priority`` (default): priority classes with aging, earliest deadline first within a class,
-  dynamic batching per model, chunked execution of non-realtime batches, time slices that keep a
-  resident model serving its queue for up to ``slice_s`` instead of swapping on every request.
+  dynamic batching per model, chunked execution of non-realtime batches (a chunk is sized in
+  milliseconds of estimated work, from the model's measured cost per row, and capped at the
+  device's ``chunk_size`` rows), time slices that keep a resident model serving its queue for up
+  to ``slice_s`` instead of swapping on every request.
 - ``fifo``: first come first served across all models, whole batches, no priorities; the baseline
   the benchmarks compare against.
 """
@@ -16,23 +18,36 @@ Policies (one registry, :func:`get_scheduling_policy`):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from policies.priority import Priority
 
 __all__ = [
-    "RequestView",
-    "ModelView",
-    "SchedulerSnapshot",
-    "ScheduleDecision",
-    "SchedulingPolicy",
-    "PrioritySchedulingPolicy",
-    "FifoSchedulingPolicy",
+    "DEFAULT_CHUNK_MS",
     "SCHEDULING_POLICIES",
+    "FifoSchedulingPolicy",
+    "ModelView",
+    "PrioritySchedulingPolicy",
+    "RequestView",
+    "ScheduleDecision",
+    "SchedulerSnapshot",
+    "SchedulingPolicy",
     "get_scheduling_policy",
 ]
 
 _INF = float("inf")
+
+# Work per chunk, by the class of the request at the head of the batch. It is the preemption
+# bound: a more urgent arrival waits for at most one chunk. Realtime work is not chunked (nothing
+# outranks it). A chunk much shorter than a few hundred microseconds of work costs more in
+# per-chunk overhead (decision, copy, thread hop) than it gains, so 2 ms is the default.
+DEFAULT_CHUNK_MS: Mapping[Priority, float | None] = {
+    Priority.REALTIME: None,
+    Priority.INTERACTIVE: 2.0,
+    Priority.BATCH: 2.0,
+    Priority.BACKGROUND: 2.0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,26 +125,42 @@ class SchedulingPolicy(ABC):
 
     @abstractmethod
     def chunk_rows(self, snap: SchedulerSnapshot, model: ModelView, rows: int, cls: Priority) -> int:
-        """How many of the batch's ``rows`` run before the next decision."""
+        """How many of the batch's ``rows`` run before the next decision; ``cls`` is the own
+        (not aged) class of the request at the head of the batch."""
 
     def effective_class(self, req: RequestView, now: float) -> Priority:
         return req.priority
 
-    def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
+    def triage(self, snap: SchedulerSnapshot) -> tuple[list[int], dict[str, list[RequestView]]]:
+        """Split the queues into requests to expire now and live ones (per model, rank order).
+
+        Requests are walked in rank order while the estimated work ahead adds up (rows times
+        cost per row, plus one swap-in per model not resident). A request that would finish
+        after its deadline behind the work ranked before it is not run: its fallback is better
+        served now, and under overload the time goes to requests that can still make it
+        instead of to ones that would answer late anyway. Costs are measured compute only
+        (optimistic), so a request is dropped only when even that estimate misses.
+        """
+        order = sorted(
+            ((self.rank(r, snap.now), r, m) for m in snap.models for r in m.requests),
+            key=lambda t: t[0],
+        )
         expired: list[int] = []
         live: dict[str, list[RequestView]] = {}
+        ahead = 0.0
+        for _, r, m in order:
+            swap = 0.0 if m.resident or m.key in live else m.swap_cost_s
+            work = swap + r.rows * m.row_cost_s
+            if r.deadline is not None and snap.now + ahead + work >= r.deadline:
+                expired.append(r.id)
+                continue
+            ahead += work
+            live.setdefault(m.key, []).append(r)
+        return expired, live
+
+    def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
+        expired, live = self.triage(snap)
         by_key = {m.key: m for m in snap.models}
-        for m in snap.models:
-            keep = []
-            for r in m.requests:
-                # Not run when it cannot finish in time: its fallback is better served now.
-                if r.deadline is not None and snap.now + r.rows * m.row_cost_s >= r.deadline:
-                    expired.append(r.id)
-                else:
-                    keep.append(r)
-            if keep:
-                keep.sort(key=lambda r: self.rank(r, snap.now))
-                live[m.key] = keep
         if not live:
             return ScheduleDecision(expired=tuple(expired), reason="idle")
         best = min(live, key=lambda k: self.rank(live[k][0], snap.now))
@@ -151,7 +182,9 @@ class SchedulingPolicy(ABC):
             model=key,
             request_ids=tuple(ids),
             rows=rows,
-            chunk_rows=self.chunk_rows(snap, model, rows, cls),
+            # Chunked by the head request's own class: aging buys an old request its turn, not
+            # the right to hold the device against a fresh realtime arrival.
+            chunk_rows=self.chunk_rows(snap, model, rows, reqs[0].priority),
             priority=cls,
             expired=tuple(expired),
             reason=reason,
@@ -164,17 +197,29 @@ class PrioritySchedulingPolicy(SchedulingPolicy):
     Aging: a request is promoted one class per ``aging_s`` waited, so nothing starves. A request
     without a deadline is ranked within its class as if its deadline were
     ``arrival + soft_deadline_s``, so aged work eventually beats fresh work of the same class.
+
+    Chunks: ``chunk_ms`` maps a class to the estimated work per chunk (None: whole batches); a
+    single number applies to every class but realtime. Rows per chunk = ``chunk_ms`` / the
+    model's measured cost per row, at least 1 and at most the snapshot's ``chunk_size``; while a
+    model's cost per row is unknown (0), chunks are ``chunk_size`` rows.
     """
 
     name = "priority"
 
-    def __init__(self, *, aging_s: float = 2.0, soft_deadline_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        *,
+        aging_s: float = 2.0,
+        soft_deadline_s: float = 8.0,
+        chunk_ms: float | Mapping[Priority, float | None] | None = None,
+    ) -> None:
         if aging_s <= 0 or soft_deadline_s <= 0:
             raise ValueError(
                 f"aging_s and soft_deadline_s must be > 0, got {aging_s}, {soft_deadline_s}"
             )
         self.aging_s = aging_s
         self.soft_deadline_s = soft_deadline_s
+        self.chunk_s = _chunk_budgets(chunk_ms)
 
     def effective_class(self, req: RequestView, now: float) -> Priority:
         steps = int(max(0.0, now - req.arrival) // self.aging_s)
@@ -201,9 +246,27 @@ class PrioritySchedulingPolicy(SchedulingPolicy):
         return best, "best"
 
     def chunk_rows(self, snap, model, rows, cls):
-        if cls == Priority.REALTIME:
-            return rows  # nothing outranks it: no preemption point needed
-        return max(1, min(rows, snap.chunk_size))
+        budget_s = self.chunk_s[cls]
+        if budget_s is None:
+            return rows  # e.g. realtime: nothing outranks it, no preemption point needed
+        n = min(rows, snap.chunk_size)
+        if model.row_cost_s > 0:
+            n = min(n, int(budget_s / model.row_cost_s))
+        return max(1, n)
+
+
+def _chunk_budgets(chunk_ms) -> dict[Priority, float | None]:
+    """Seconds of work per chunk for every class, from ``chunk_ms`` (see the policy)."""
+    if chunk_ms is None:
+        given: Mapping[Priority, float | None] = DEFAULT_CHUNK_MS
+    elif isinstance(chunk_ms, Mapping):
+        given = {**DEFAULT_CHUNK_MS, **{Priority(k): v for k, v in chunk_ms.items()}}
+    else:
+        given = {p: (None if p == Priority.REALTIME else float(chunk_ms)) for p in Priority}
+    bad = {p.label: v for p, v in given.items() if v is not None and not v > 0}
+    if bad:
+        raise ValueError(f"chunk_ms must be > 0 (or None for whole batches), got {bad}")
+    return {p: (None if v is None else v / 1e3) for p, v in given.items()}
 
 
 class FifoSchedulingPolicy(SchedulingPolicy):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Region", "DeviceMemory", "ArenaMemory", "CudaMemory", "HostMemory"]
+__all__ = ["ArenaMemory", "CudaMemory", "DeviceMemory", "HostMemory", "Region"]
 
 _ALIGN = 256
 

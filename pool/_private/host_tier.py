@@ -7,7 +7,7 @@ swapped in is protected so its source buffer never disappears mid-copy.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["HostTier"]
 

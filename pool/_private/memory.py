@@ -10,16 +10,16 @@ the number of resident models; when nothing more can go, :class:`DeviceOutOfMemo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
 
 from policies.eviction import EvictionPolicy, EvictionRequest, PriorityLruEviction, ResidentView
 from policies.priority import Priority
 from pool._private.device_memory import DeviceMemory, Region
 from pool.errors import DeviceOutOfMemory
 
-__all__ = ["Resident", "MemoryManager"]
+__all__ = ["MemoryManager", "Resident"]
 
 
 @dataclass(slots=True)

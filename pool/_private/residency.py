@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import torch
 from torch import nn
@@ -26,7 +26,7 @@ from pool._private.memory import MemoryManager
 from pool._private.weights import PackedModel, bind, pack
 from pool.device import DeviceSpec
 
-__all__ = ["SwapStats", "Residency", "memory_for"]
+__all__ = ["Residency", "SwapStats", "memory_for"]
 
 
 def memory_for(device: DeviceSpec) -> DeviceMemory:

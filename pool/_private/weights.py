@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["Slot", "PackedModel", "pack", "bind"]
+__all__ = ["PackedModel", "Slot", "bind", "pack"]
 
 _ALIGN = 64  # bytes; keeps every view aligned for any dtype and for vectorised copies
 

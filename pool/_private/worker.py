@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired
 
-__all__ = ["ModelKey", "WorkResult", "RoutingStats", "DeviceWorker"]
+__all__ = ["DeviceWorker", "ModelKey", "RoutingStats", "WorkResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,9 +298,15 @@ class DeviceWorker:
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
     def snapshot(self) -> SchedulerSnapshot:
-        """The queues as the scheduling policy sees them (cancelled requests left out)."""
+        """The queues as the scheduling policy sees them (cancelled requests left out).
+
+        Only models with queued requests are described: an idle model cannot be chosen, and
+        with many models registered (most of them idle) this keeps each decision cheap.
+        """
         models = []
         for key, entry in self._models.items():
+            if not entry.queue:
+                continue
             entry.queue = [p for p in entry.queue if not p.future.done()]
             name = str(key)
             reqs = tuple(
@@ -333,7 +339,7 @@ class DeviceWorker:
                 continue
             try:
                 await self._step(decision)
-            except Exception as e:  # contained: fail this chunk's requests, keep serving
+            except Exception as e:  # noqa: BLE001 - contained: fail this chunk's requests, keep serving
                 for p in self._chosen(decision):
                     if not p.future.done():
                         p.future.set_exception(e)
@@ -427,19 +433,22 @@ class DeviceWorker:
         with self.tiers.memory.running(name):
             t0 = time.perf_counter()
             try:
-                raw = await self._in_device_thread(_forward, module, args, dev, stream)
+                raw, device_s = await self._in_device_thread(_forward, module, args, dev, stream)
             except torch.cuda.OutOfMemoryError:
                 self.tiers.evict_idle(keep=name)  # evict and retry once, then give up
                 torch.cuda.empty_cache()
                 try:
-                    raw = await self._in_device_thread(_forward, module, args, dev, stream)
+                    raw, device_s = await self._in_device_thread(
+                        _forward, module, args, dev, stream)
                 except torch.cuda.OutOfMemoryError as e:
                     raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
             compute_s = time.perf_counter() - t0
         self.chunks += 1
         self.tiers.memory.touch(name)
         outputs = _name_outputs(entry.config, raw)
-        entry.ewma_row_s = 0.8 * entry.ewma_row_s + 0.2 * (compute_s / max(rows, 1))
+        # The cost per row sizes chunks in time: measured in the device thread, so the thread
+        # hop and event-loop delays (which vary with load, not with rows) do not shrink chunks.
+        entry.ewma_row_s = 0.8 * entry.ewma_row_s + 0.2 * (device_s / max(rows, 1))
         offset = 0
         for p, _, n in parts:
             p.parts.append({k: v[offset : offset + n] for k, v in outputs.items()})
@@ -462,16 +471,18 @@ class DeviceWorker:
                                        p.batch, self.device.label))
 
 
-def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream) -> object:
+def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream) -> tuple[object, float]:
+    """Run one chunk; returns the CPU outputs and the seconds it took in this thread."""
+    t0 = time.perf_counter()
     with torch.inference_mode():
         if stream is None:
-            out = module(*[a.to(dev) for a in args])
-            return _to_cpu(out)
-        with torch.cuda.stream(stream):
-            out = module(*[a.to(dev, non_blocking=True) for a in args])
-            out = _to_cpu(out)
-        stream.synchronize()
-        return out
+            out = _to_cpu(module(*[a.to(dev) for a in args]))
+        else:
+            with torch.cuda.stream(stream):
+                out = module(*[a.to(dev, non_blocking=True) for a in args])
+                out = _to_cpu(out)
+            stream.synchronize()
+    return out, time.perf_counter() - t0
 
 
 def _to_cpu(raw):

@@ -72,9 +72,10 @@ def test_running_model_is_never_evicted():
     with mm.running("a"):
         admit(mm, "c", evict=rec)
     assert rec.evicted == ["b"] and mm.is_resident("a")
-    with mm.running("a"), mm.running("c"):
-        with pytest.raises(DeviceOutOfMemory, match="not enough evictable"):
-            admit(mm, "d")
+    with mm.running("a"), mm.running("c"), pytest.raises(
+        DeviceOutOfMemory, match="not enough evictable"
+    ):
+        admit(mm, "d")
     assert sorted(mm.resident_keys()) == ["a", "c"]
 
 

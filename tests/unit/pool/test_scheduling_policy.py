@@ -142,3 +142,61 @@ def test_registry():
         get_scheduling_policy("lottery")
     with pytest.raises(ValueError, match="aging_s"):
         PrioritySchedulingPolicy(aging_s=0)
+
+
+def test_chunks_are_sized_in_milliseconds_of_measured_work_capped_by_chunk_size():
+    timed = PrioritySchedulingPolicy(chunk_ms=2.0)
+    bg = model("bg", req(1, G, rows=512), max_batch=512, row_cost=0.0001)  # 0.1 ms per row
+    assert timed.decide(snap(bg, chunk=1024)).chunk_rows == 20  # 2 ms / 0.1 ms
+    assert timed.decide(snap(bg, chunk=16)).chunk_rows == 16  # chunk_size is the row cap
+    slow = model("bg", req(1, G, rows=512), max_batch=512, row_cost=0.01)  # 10 ms per row
+    assert timed.decide(snap(slow, chunk=1024)).chunk_rows == 1  # never less than one row
+    unknown = model("bg", req(1, G, rows=512), max_batch=512, row_cost=0.0)
+    assert timed.decide(snap(unknown, chunk=64)).chunk_rows == 64  # no estimate yet: row cap
+
+
+def test_chunk_budget_per_class_and_realtime_whole_by_default():
+    per_class = PrioritySchedulingPolicy(chunk_ms={I: 1.0, G: 4.0})
+    m = lambda cls: model("m", req(1, cls, rows=512), max_batch=512, row_cost=0.0001)
+    assert per_class.decide(snap(m(I), chunk=1024)).chunk_rows == 10
+    assert per_class.decide(snap(m(G), chunk=1024)).chunk_rows == 40
+    assert per_class.decide(snap(m(B), chunk=1024)).chunk_rows == 20  # default 2 ms
+    assert per_class.decide(snap(m(R), chunk=1024)).chunk_rows == 512
+    whole_bg = PrioritySchedulingPolicy(chunk_ms={G: None})
+    assert whole_bg.decide(snap(m(G), chunk=16)).chunk_rows == 512
+
+
+def test_aged_background_still_runs_in_chunks():
+    # Aging wins an old request its turn (effective class realtime) but not the right to hold
+    # the device for its whole batch: it is chunked by its own class.
+    old = model("bg", req(1, G, rows=512, arrival=NOW - 7.0), max_batch=512, row_cost=0.0001)
+    d = PrioritySchedulingPolicy(chunk_ms=2.0).decide(snap(old, chunk=1024))
+    assert d.priority == R and d.chunk_rows == 20
+
+
+def test_chunk_ms_must_be_positive():
+    with pytest.raises(ValueError, match="chunk_ms must be > 0.*background"):
+        PrioritySchedulingPolicy(chunk_ms={G: 0.0})
+    with pytest.raises(ValueError, match="chunk_ms"):
+        PrioritySchedulingPolicy(chunk_ms=-1)
+
+
+def test_requests_that_would_miss_behind_the_work_ranked_ahead_are_expired():
+    # Each alone fits its deadline; together the second would finish at +20 ms > +16 ms.
+    a = model("a", req(1, I, deadline=NOW + 0.015, rows=10), req(2, I, deadline=NOW + 0.016,
+                                                                    rows=10), row_cost=0.001)
+    d = policy.decide(snap(a))
+    assert d.expired == (2,) and d.request_ids == (1,)
+    # A more urgent class is ahead of an interactive request even with a later deadline.
+    rt = model("rt", req(3, R, deadline=NOW + 1.0, rows=10), row_cost=0.001)
+    i = model("i", req(4, I, deadline=NOW + 0.012, rows=5), row_cost=0.001)
+    d = policy.decide(snap(rt, i))
+    assert d.expired == (4,) and d.model == "rt"
+    # A swap-in counts once per model that is not resident.
+    cold = ModelView("cold", False, (req(5, I, deadline=NOW + 0.05, rows=1),
+                                     req(6, I, deadline=NOW + 0.05, rows=1)), 32, 0.0, 0.001, 0.04)
+    d = policy.decide(snap(cold))
+    assert d.expired == () and d.request_ids == (5, 6)
+    # Without deadlines nothing is dropped, however much work is queued.
+    bg = model("bg", *[req(10 + k, G, rows=100) for k in range(5)], row_cost=0.001)
+    assert policy.decide(snap(bg)).expired == ()

@@ -179,3 +179,22 @@ async def test_routing_stats_report_residency_queue_and_memory(make_worker):
     assert s.resident == frozenset({"m0@1"}) and s.hosted == frozenset({"m0@1", "m1@1"})
     assert s.memory_total_bytes == 6 * 1024 and 0 < s.memory_free_bytes < 6 * 1024
     assert s.queue_depth == (0, 0, 0, 0)
+
+
+async def test_time_budgeted_chunks_split_a_batch_and_reassemble_its_rows():
+    from policies.scheduling import PrioritySchedulingPolicy
+
+    # A budget far below one row's measured cost: every chunk is a single row.
+    w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=2 * 6 * 1024, chunk_size=64),
+                     scheduler=PrioritySchedulingPolicy(chunk_ms=1e-6))
+    try:
+        (ld,) = await add(w, 1)
+        x = torch.randn(5, 16)
+        r = await w.infer(key(0), {"x": x}, priority=G)
+        assert torch.allclose(r.outputs["y"], ld.build()(x), atol=1e-6)
+        assert w.chunks == 5
+        r = await w.infer(key(0), {"x": x}, priority=R)  # realtime: whole batch, one chunk
+        assert w.chunks == 6
+        assert w.snapshot().models == ()  # idle models are not described to the policy
+    finally:
+        await w.close()
