@@ -22,7 +22,7 @@ class DeviceSpec:
     reserve_bytes: int = 0
     host_budget_bytes: int | None = None
     slice_ms: float = 50.0
-    chunk_size: int = 16
+    chunk_size: int = 256
     threads: int | None = None
 
     def __post_init__(self) -> None:

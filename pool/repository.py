@@ -23,6 +23,9 @@ from pool.loader import WEIGHT_FILES
 __all__ = ["VersionEntry", "ModelEntry", "RepositorySnapshot", "ModelRepository", "version_order"]
 
 
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it
+
+
 def version_order(version: str) -> tuple[int, int | str]:
     """Sort key: numeric versions numerically, after any non-numeric names."""
     return (1, int(version)) if version.isdigit() else (0, version)
@@ -65,6 +68,8 @@ class ModelRepository:
         self.root = Path(root)
         self.settle_s = settle_s
         self._clock = clock
+        # Parsed configs by (path, mtime_ns, size): a poll re-reads only files that changed.
+        self._configs: dict[Path, tuple[tuple[int, int], ModelConfig | ModelLoadError]] = {}
 
     def scan(self) -> RepositorySnapshot:
         if not self.root.is_dir():
@@ -74,11 +79,32 @@ class ModelRepository:
             if model_dir.name.startswith((".", "_")):
                 continue
             models[model_dir.name] = self._scan_model(model_dir)
+        live = {self.root / name / "config.yaml" for name in models}
+        self._configs = {p: v for p, v in self._configs.items() if p in live}
         return RepositorySnapshot(models)
+
+    def _config(self, model_dir: Path) -> ModelConfig:
+        path = model_dir / "config.yaml"
+        try:
+            st = path.stat()
+            sig = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = (0, -1)
+        cached = self._configs.get(path)
+        if cached is None or cached[0] != sig:
+            try:
+                result: ModelConfig | ModelLoadError = read_config(model_dir)
+            except ModelLoadError as e:
+                result = e
+            cached = (sig, result)
+            self._configs[path] = cached
+        if isinstance(cached[1], ModelLoadError):
+            raise cached[1]
+        return cached[1]
 
     def _scan_model(self, model_dir: Path) -> ModelEntry:
         try:
-            config = read_config(model_dir)
+            config = self._config(model_dir)
         except ModelLoadError as e:
             return ModelEntry(model_dir.name, None, str(e), ())
         weight_name = WEIGHT_FILES[config.format]
@@ -103,7 +129,7 @@ def read_config(model_dir: Path) -> ModelConfig:
     """Parse ``model_dir/config.yaml``; raise ModelLoadError naming the file and field."""
     path = model_dir / "config.yaml"
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_SafeLoader)
     except FileNotFoundError:
         raise ModelLoadError(str(path), "missing config.yaml") from None
     except yaml.YAMLError as e:

@@ -33,7 +33,7 @@ class PoolSettings(BaseModel):
     host_budget_mb: float | None = Field(None, gt=0, description="Host-tier bound (LRU to disk).")
     threads: int | None = Field(None, ge=1, description="torch threads; default cores/replicas.")
     slice_ms: float = Field(50.0, gt=0, description="Time slice when the working set overflows.")
-    chunk_size: int = Field(16, ge=1, description="Rows per chunk of a low-priority batch.")
+    chunk_size: int = Field(256, ge=1, description="Max rows per chunk of a low-priority batch.")
 
 
 class GpuPoolSettings(PoolSettings):
