@@ -126,6 +126,7 @@ def _load(path: str) -> Callable[[list[str]], int]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not one line per request
     argv = sys.argv[1:] if argv is None else list(argv)
     external = {name: target for name, target, _ in _EXTERNAL}
     if argv and argv[0] in external:  # their own parsers handle everything after the name
