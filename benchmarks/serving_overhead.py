@@ -33,8 +33,8 @@ How to read the output:
                    ``second_hop_p50_ms`` (bare_chain - bare) is what one more Serve hop costs on
                    this machine; ``handle_minus_bare_chain_p50_ms`` is what Timeshare adds beyond
                    its two hops (pipeline, validation, worker queue and batching, pydantic).
-  key_nowait       the same for the batch_wait_ms 0 copy (the difference to ``key`` is the
-                   batching wait).
+  key_nowait       the same for the batch_wait_ms 0 copy.
+  batching_wait_p50_ms  handle - handle_nowait at p50: what the batching wait costs a lone caller.
   breakdown        medians of the response timings seen by the driver: ``queue_ms`` (pool
                    queue, including the batching wait), ``compute_ms``, ``ingress_total_ms``
                    (pipeline arrival to answer), ``transport_ms`` (driver round trip minus
@@ -53,6 +53,7 @@ import platform
 import random
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -354,6 +355,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_vs_direct": ratios,
         "key": key("handle"),
         "key_nowait": key("handle_nowait"),
+        # The pool holds a lone request up to batch_wait_ms hoping to fill a batch.
+        "batching_wait_p50_ms": round(p50("handle") - p50("handle_nowait"), 4),
         "breakdown": {"handle": breakdown("handle"), "handle_nowait": breakdown("handle_nowait")},
         "output_mismatches": mismatches,
         "startup_s": round(startup_s, 2),
@@ -385,7 +388,17 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.n < 1 or args.warmup < 0:
         p.error("--n must be >= 1 and --warmup >= 0")
-    result = run(args)
+    # Ray's driver echoes raylet/worker lines on stdout (e.g. at shutdown); keep stdout for the
+    # one JSON object by pointing fd 1 at stderr while Ray runs.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        result = run(args)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
