@@ -99,11 +99,13 @@ def _prepare_repository(root: Path, model: str, source: Path | None) -> tuple[Pa
 
 def _model_path(repo: Path, model: str) -> tuple[Path, dict[str, Any]]:
     cfg = yaml.safe_load((repo / model / "config.yaml").read_text())
+    from pool.repository import version_order
+
     versions = sorted(
         (p for p in (repo / model).iterdir() if (p / "model.pt").exists()),
-        key=lambda p: (p.name.isdigit(), int(p.name) if p.name.isdigit() else p.name),
+        key=lambda p: version_order(p.name),
     )
-    return versions[-1] / "model.pt", cfg
+    return versions[-1] / "model.pt", cfg  # the default version: the newest
 
 
 def _bare_deployment():
