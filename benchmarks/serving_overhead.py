@@ -1,0 +1,411 @@
+"""Serving overhead: a tiny model called directly, through the Timeshare handle, through HTTP v2,
+and through a bare Ray Serve deployment of the same model, side by side in one run.
+
+    python -m benchmarks.serving_overhead --json out.json [--n 500] [--model iris-mlp1x16]
+
+One Ray instance (``num_cpus=4``) holds three Serve apps: ``timeshare`` (the real app from
+``router.app.build_app`` over a temporary model repository), ``bare`` (a minimal
+``@serve.deployment`` that ``torch.jit.load``s the same ``model.pt`` and runs it on a numpy array)
+and ``bare-chain`` (the same bare model behind a bare forwarding deployment: two Serve hops, like
+Timeshare's ingress -> pool). The repository holds the model as the demo builder configured it
+(``batch_wait_ms`` 2.0: the pool worker holds a lone request up to 2 ms hoping to fill a batch)
+and a copy ``<model>-nowait`` with ``batch_wait_ms: 0``, so the batching wait shows apart.
+
+Arms (batch of one row, closed loop: one call at a time from the driver):
+  direct        torch.jit.load + forward under inference_mode, in the driver process
+  bare          the bare deployment through its handle (the baseline of the target)
+  bare_chain    the two-hop bare reference through its handle
+  handle        serve.get_app_handle("timeshare").infer.remote(InferenceRequest(...)).result()
+  handle_nowait the same, on the batch_wait_ms 0 copy
+  http          POST /v2/models/<model>/infer (v2 JSON), httpx keep-alive client
+  http_nowait   the same, on the batch_wait_ms 0 copy
+
+Every arm gets ``--warmup`` calls first, then the ``--n`` measured calls are split into
+``--rounds`` rounds and the arms run in a shuffled order each round, so machine noise falls on all
+arms alike. Inputs are fresh random rows (cache reads and writes skipped) and every answer is
+checked against the direct forward (``output_mismatches``).
+
+How to read the output:
+  arms             p50/p99/mean latency in ms per arm.
+  ratio_vs_direct  p50 (and p99) of each arm over the direct call.
+  key              the target: ``handle_minus_bare_p50_ms`` is what the Timeshare handle adds at
+                   p50 over the bare deployment, against ``target_ms`` (3); ``target_met``.
+                   ``second_hop_p50_ms`` (bare_chain - bare) is what one more Serve hop costs on
+                   this machine; ``handle_minus_bare_chain_p50_ms`` is what Timeshare adds beyond
+                   its two hops (pipeline, validation, worker queue and batching, pydantic).
+  key_nowait       the same for the batch_wait_ms 0 copy.
+  batching_wait_p50_ms  handle - handle_nowait at p50: what the batching wait costs a lone caller.
+  breakdown        medians of the response timings seen by the driver: ``queue_ms`` (pool
+                   queue, including the batching wait), ``compute_ms``, ``ingress_total_ms``
+                   (pipeline arrival to answer), ``transport_ms`` (driver round trip minus
+                   ingress total: the driver -> ingress hop) and
+                   ``ingress_minus_queue_compute_ms`` (mostly the ingress -> pool hop).
+Figures on a loaded 2-core machine are dominated by Ray's per-hop cost; compare arms within one
+run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+TARGET_MS = 3.0
+APP = "timeshare"
+BARE_APP = "bare"
+CHAIN_APP = "bare-chain"
+DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _prepare_repository(root: Path, model: str, source: Path | None) -> tuple[Path, str]:
+    """Copy (or build) ``model`` into ``root`` plus a ``batch_wait_ms: 0`` copy; return the
+    repository and the no-wait model's name."""
+    src = source / model if source is not None else None
+    if src is None or not (src / "config.yaml").exists():
+        from deploy.demo import build_demo_repository
+
+        build_demo_repository(root / "_build", only=[model])
+        src = root / "_build" / model
+    repo = root / "repo"
+    repo.mkdir()
+    shutil.copytree(src, repo / model)  # copy2 keeps mtimes: versions count as settled at once
+    nowait = f"{model}-nowait"
+    shutil.copytree(src, repo / nowait)
+    cfg = yaml.safe_load((repo / nowait / "config.yaml").read_text())
+    cfg.update(name=nowait, batch_wait_ms=0.0)
+    (repo / nowait / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return repo, nowait
+
+
+def _model_path(repo: Path, model: str) -> tuple[Path, dict[str, Any]]:
+    cfg = yaml.safe_load((repo / model / "config.yaml").read_text())
+    from pool.repository import version_order
+
+    versions = sorted(
+        (p for p in (repo / model).iterdir() if (p / "model.pt").exists()),
+        key=lambda p: version_order(p.name),
+    )
+    return versions[-1] / "model.pt", cfg  # the default version: the newest
+
+
+def _bare_deployment():
+    """A minimal Ray Serve deployment of a TorchScript model: the baseline."""
+    from ray import serve
+
+    @serve.deployment(name="Bare", max_ongoing_requests=256)
+    class Bare:
+        def __init__(self, path: str, n_threads: int) -> None:
+            torch.set_num_threads(n_threads)
+            self.model = torch.jit.load(path, map_location="cpu").eval()
+
+        def __call__(self, x: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return self.model(torch.from_numpy(x)).numpy()
+
+    return Bare
+
+
+def _chain_app(model_path: str, threads: int):
+    """Reference: the bare model behind a bare forwarding deployment (two Serve hops, as the
+    Timeshare path has: ingress -> pool). Zero logical CPUs so it fits the 4 of ``ray.init``."""
+    from ray import serve
+
+    @serve.deployment(name="BareFront", max_ongoing_requests=256, ray_actor_options={"num_cpus": 0})
+    class BareFront:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        async def __call__(self, x: np.ndarray) -> np.ndarray:
+            return await self.inner.remote(x)
+
+    inner = _bare_deployment().options(name="BareInner", ray_actor_options={"num_cpus": 0})
+    return BareFront.bind(inner.bind(model_path, threads))
+
+
+def _stats(samples_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples_s) * 1e3
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 4),
+        "p99_ms": round(float(np.percentile(ms, 99)), 4),
+        "mean_ms": round(float(ms.mean()), 4),
+        "n": int(ms.size),
+    }
+
+
+def _wait_ready(client, timeout_s: float = 120.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            r = client.get("/v2/health/ready")
+            if r.status_code == 200:
+                return
+            last = f"HTTP {r.status_code}"
+        except httpx.TransportError as e:  # the proxy is still starting
+            last = f"{type(e).__name__}: {e}"
+        time.sleep(0.2)
+    raise TimeoutError(f"timeshare app not ready within {timeout_s:.0f}s ({last})")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+    import ray
+    from ray import serve
+
+    from pool.deployments import cpu_threads_per_replica
+    from router.app import build_app
+    from router.schemas import CacheControl, InferenceRequest
+
+    rng = np.random.default_rng(args.seed)
+    random.seed(args.seed)
+    tmp = Path(tempfile.mkdtemp(prefix="timeshare-overhead-"))
+    source = (
+        Path(args.repository) if args.repository else (DEMO_REPO if DEMO_REPO.is_dir() else None)
+    )
+    repo, nowait = _prepare_repository(tmp, args.model, source)
+    path, cfg = _model_path(repo, args.model)
+    spec = cfg["inputs"][0]
+    in_name, in_shape = spec["name"], [int(d) for d in spec["shape"]]
+    out_name = cfg["outputs"][0]["name"]
+    threads = cpu_threads_per_replica(1)
+
+    # (a) direct, in the driver.
+    torch.set_num_threads(threads)
+    direct_model = torch.jit.load(str(path), map_location="cpu").eval()
+
+    port = _free_port()
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        t0 = time.perf_counter()
+        serve.run(
+            build_app({"repository": str(repo), "environment": "test"}), name=APP, route_prefix="/"
+        )
+        serve.run(_bare_deployment().bind(str(path), threads), name=BARE_APP, route_prefix=None)
+        serve.run(_chain_app(str(path), threads), name=CHAIN_APP, route_prefix=None)
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0)
+        _wait_ready(http)
+        startup_s = time.perf_counter() - t0
+        handle = serve.get_app_handle(APP)
+        bare = serve.get_app_handle(BARE_APP)
+        chain = serve.get_app_handle(CHAIN_APP)
+        no_cache = CacheControl(skip_read=True, skip_write=True)
+        last: dict[str, Any] = {}
+
+        def direct(x: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return direct_model(torch.from_numpy(x)).numpy()
+
+        def via_bare(x: np.ndarray) -> np.ndarray:
+            return bare.remote(x).result()
+
+        def via_chain(x: np.ndarray) -> np.ndarray:
+            return chain.remote(x).result()
+
+        def via_handle(model: str) -> Callable[[np.ndarray], np.ndarray]:
+            def call(x: np.ndarray) -> np.ndarray:
+                resp = handle.infer.remote(
+                    InferenceRequest(model=model, inputs={in_name: x}, cache=no_cache)
+                ).result()
+                last[model] = resp.timings
+                return np.asarray(resp.outputs[out_name])
+
+            return call
+
+        def via_http(model: str) -> Callable[[np.ndarray], np.ndarray]:
+            url = f"/v2/models/{model}/infer"
+
+            def call(x: np.ndarray) -> np.ndarray:
+                body = {
+                    "inputs": [
+                        {
+                            "name": in_name,
+                            "shape": list(x.shape),
+                            "datatype": "FP32",
+                            "data": x.ravel().tolist(),
+                        }
+                    ],
+                    "parameters": {"cache_skip_read": True, "cache_skip_write": True},
+                }
+                r = http.post(url, json=body)
+                r.raise_for_status()
+                out = r.json()["outputs"][0]
+                return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+            return call
+
+        arms: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+            "direct": direct,
+            "bare": via_bare,
+            "bare_chain": via_chain,
+            "handle": via_handle(args.model),
+            "handle_nowait": via_handle(nowait),
+            "http": via_http(args.model),
+            "http_nowait": via_http(nowait),
+        }
+        samples: dict[str, list[float]] = {k: [] for k in arms}
+        timings: dict[str, list[tuple[float, float, float, float]]] = {
+            "handle": [],
+            "handle_nowait": [],
+        }
+        mismatches = {k: 0 for k in arms}
+
+        def one(arm: str, x: np.ndarray, record: bool) -> None:
+            t = time.perf_counter()
+            y = arms[arm](x)
+            dt = time.perf_counter() - t
+            if not np.allclose(y, direct(x), rtol=1e-4, atol=1e-5):
+                mismatches[arm] += 1
+            if record:
+                samples[arm].append(dt)
+                if arm in timings:
+                    tm = last[args.model if arm == "handle" else nowait]
+                    timings[arm].append((dt * 1e3, tm.total_ms, tm.queue_ms, tm.compute_ms))
+
+        def row() -> np.ndarray:
+            return rng.standard_normal([1, *in_shape]).astype(np.float32)
+
+        for arm in arms:  # warm-up: router/proxy connections, model residency, JIT profiling
+            for _ in range(args.warmup):
+                one(arm, row(), record=False)
+        rounds = max(1, args.rounds)
+        per_round = [args.n // rounds + (1 if i < args.n % rounds else 0) for i in range(rounds)]
+        t_meas = time.perf_counter()
+        for k in per_round:
+            order = list(arms)
+            random.shuffle(order)
+            for arm in order:
+                for _ in range(k):
+                    one(arm, row(), record=True)
+        measure_s = time.perf_counter() - t_meas
+        http.close()
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    stats = {k: _stats(v) for k, v in samples.items()}
+    d50, d99 = stats["direct"]["p50_ms"], stats["direct"]["p99_ms"]
+    ratios = {
+        k: {"p50": round(s["p50_ms"] / d50, 2), "p99": round(s["p99_ms"] / d99, 2)}
+        for k, s in stats.items()
+        if k != "direct"
+    }
+
+    def p50(arm: str) -> float:
+        return stats[arm]["p50_ms"]
+
+    def key(arm: str) -> dict[str, Any]:
+        gap = round(p50(arm) - p50("bare"), 4)
+        return {
+            "arm": arm,
+            "handle_minus_bare_p50_ms": gap,
+            "target_ms": TARGET_MS,
+            "target_met": bool(gap <= TARGET_MS),
+            "http_minus_bare_p50_ms": round(p50(arm.replace("handle", "http")) - p50("bare"), 4),
+            # What the second Serve hop costs by itself, and what Timeshare adds beyond it.
+            "second_hop_p50_ms": round(p50("bare_chain") - p50("bare"), 4),
+            "handle_minus_bare_chain_p50_ms": round(p50(arm) - p50("bare_chain"), 4),
+        }
+
+    def breakdown(arm: str) -> dict[str, float]:
+        a = np.asarray(timings[arm])
+        med = np.median(a, axis=0)
+        return {
+            "round_trip_ms": round(float(med[0]), 4),
+            "ingress_total_ms": round(float(med[1]), 4),
+            "queue_ms": round(float(med[2]), 4),
+            "compute_ms": round(float(med[3]), 4),
+            "transport_ms": round(float(np.median(a[:, 0] - a[:, 1])), 4),
+            "ingress_minus_queue_compute_ms": round(
+                float(np.median(a[:, 1] - a[:, 2] - a[:, 3])), 4
+            ),
+        }
+
+    return {
+        "benchmark": "serving_overhead",
+        "model": args.model,
+        "batch_wait_ms": float(cfg.get("batch_wait_ms", 2.0)),
+        "rows_per_call": 1,
+        "n_per_arm": args.n,
+        "warmup_per_arm": args.warmup,
+        "rounds": rounds,
+        "torch_threads": threads,
+        "arms": stats,
+        "ratio_vs_direct": ratios,
+        "key": key("handle"),
+        "key_nowait": key("handle_nowait"),
+        # The pool holds a lone request up to batch_wait_ms hoping to fill a batch.
+        "batching_wait_p50_ms": round(p50("handle") - p50("handle_nowait"), 4),
+        "breakdown": {"handle": breakdown("handle"), "handle_nowait": breakdown("handle_nowait")},
+        "output_mismatches": mismatches,
+        "startup_s": round(startup_s, 2),
+        "measure_s": round(measure_s, 2),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "ray": ray.__version__,
+            "platform": platform.platform(),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", help="also write the JSON object to this file")
+    p.add_argument("--n", type=int, default=500, help="measured calls per arm")
+    p.add_argument("--warmup", type=int, default=30, help="warm-up calls per arm")
+    p.add_argument("--rounds", type=int, default=10, help="rounds the measured calls are split in")
+    p.add_argument("--model", default="iris-mlp1x16", help="demo model (TorchScript)")
+    p.add_argument(
+        "--repository",
+        default=None,
+        help="demo repository to copy the model from (default var/model_repository; "
+        "built into a temp dir when missing)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.n < 1 or args.warmup < 0:
+        p.error("--n must be >= 1 and --warmup >= 0")
+    # Ray's driver echoes raylet/worker lines on stdout (e.g. at shutdown); keep stdout for the
+    # one JSON object by pointing fd 1 at stderr while Ray runs.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        result = run(args)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
