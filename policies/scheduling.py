@@ -73,6 +73,7 @@ class ModelView:
     batch_wait_s: float = 0.0
     row_cost_s: float = 0.0  # measured compute time per row (EWMA)
     swap_cost_s: float = 0.0  # estimated time to make it resident
+    arrival_gap_s: float = 0.0  # typical time between this model's arrivals (EWMA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +177,11 @@ class SchedulingPolicy(ABC):
         rows = min(rows, model.max_batch_size)
         oldest = min(r.arrival for r in reqs)
         ready_at = oldest + model.batch_wait_s
-        if rows < model.max_batch_size and snap.now < ready_at and not any(r.started for r in reqs):
+        # Adaptive batching: wait for more rows only when another request is expected within
+        # the wait (a lone caller on a quiet model runs at once instead of paying the wait).
+        expect_more = model.arrival_gap_s < model.batch_wait_s
+        if (rows < model.max_batch_size and snap.now < ready_at and expect_more
+                and not any(r.started for r in reqs)):
             return ScheduleDecision(expired=tuple(expired), wait_until=ready_at, reason="batching")
         return ScheduleDecision(
             model=key,

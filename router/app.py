@@ -11,14 +11,11 @@ from ray.serve.config import RequestRouterConfig
 
 from pool.deployments import PoolDeployment
 from router.ingress import Ingress
-from router.settings import AppSettings, load_settings
+from router.settings import AppSettings, device_spec, load_settings
 
 __all__ = ["build_app", "build_from_settings"]
 
 log = logging.getLogger(__name__)
-
-MB = 1 << 20
-
 
 def _gpu_count() -> int:
     try:
@@ -27,18 +24,6 @@ def _gpu_count() -> int:
         return int(ray.cluster_resources().get("GPU", 0))
     except Exception:
         return 0
-
-
-def _device(kind: str, s) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "memory_budget_bytes": int(s.memory_budget_mb * MB) if s.memory_budget_mb else None,
-        "reserve_bytes": int(s.reserve_mb * MB),
-        "host_budget_bytes": int(s.host_budget_mb * MB) if s.host_budget_mb else None,
-        "slice_ms": s.slice_ms,
-        "chunk_size": s.chunk_size,
-        "threads": s.threads,
-    }
 
 
 def build_from_settings(settings: AppSettings) -> Application:
@@ -51,18 +36,18 @@ def build_from_settings(settings: AppSettings) -> Application:
         "poll_interval_s": settings.poll_interval_s,
     }
     cpu = settings.cpu_pool
-    pools = {
-        "cpu": PoolDeployment.options(name="CPUPool", num_replicas=cpu.replicas, **pool_options).bind(
-            pool="cpu", device=_device("cpu", cpu), replicas=cpu.replicas, **common
-        )
-    }
+    pools = {}
+    if cpu.placement == "deployment":
+        pools["cpu"] = PoolDeployment.options(
+            name="CPUPool", num_replicas=cpu.replicas, **pool_options
+        ).bind(pool="cpu", device=device_spec("cpu", cpu), replicas=cpu.replicas, **common)
     gpu = settings.gpu_pool
     gpus = _gpu_count()
     if gpu.enabled == "on" or (gpu.enabled == "auto" and gpus > 0):
         replicas = max(1, min(gpu.replicas, gpus) if gpus else gpu.replicas)
         pools["gpu"] = PoolDeployment.options(
             name="GPUPool", num_replicas=replicas, ray_actor_options={"num_gpus": 1},
-            **pool_options).bind(pool="gpu", device=_device("cuda", gpu), replicas=replicas, **common)
+            **pool_options).bind(pool="gpu", device=device_spec("cuda", gpu), replicas=replicas, **common)
     alerter = None
     if settings.alerting is not None:
         from alerting.config import load_config

@@ -19,7 +19,7 @@ from ray.serve.handle import DeploymentHandle
 from fallbacks import BreakerRegistry, CallerQuotas, StateTransition
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
-from pool.wire import PoolReply, work_request
+from pool.service import PoolService
 from router.cache import ResultCache
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
@@ -28,24 +28,13 @@ from router.http import build_http_app
 from router.pipeline import Pipeline, PipelineConfig
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
-from router.settings import AppSettings
+from router.settings import AppSettings, cpu_device
+from router._private.pools import LocalPool, PoolDispatcher, RemotePool
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 
-__all__ = ["Ingress", "RayDispatcher"]
+__all__ = ["Ingress"]
 
 log = logging.getLogger("ray.serve")
-
-
-class RayDispatcher:
-    """Dispatch to pool deployments through their handles (the pools' request router picks)."""
-
-    def __init__(self, handles: dict[str, DeploymentHandle]) -> None:
-        self._handles = handles
-        self.pools = tuple(handles)
-
-    async def dispatch(self, pool, model, version, inputs, *, priority, timeout_s) -> PoolReply:
-        return await self._handles[pool].infer.remote(
-            work_request(model, version, inputs, priority, timeout_s))
 
 
 @serve.deployment(name="Ingress", max_ongoing_requests=512)
@@ -58,7 +47,14 @@ class Ingress:
         self.settings = s = settings
         self.api_key = s.resolved_api_key()
         self.max_body_bytes = s.max_body_bytes
-        self._pools = pools
+        self._pools: dict[str, RemotePool | LocalPool] = {n: RemotePool(h) for n, h in pools.items()}
+        self._local: PoolService | None = None
+        if s.cpu_pool.placement == "ingress":
+            self._local = PoolService(
+                "cpu", s.repository, s.resolved_state_dir(), cpu_device(s.cpu_pool),
+                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas)
+            await self._local.start()
+            self._pools["cpu"] = LocalPool(self._local)
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
         self._load: dict[str, list] = {}
@@ -76,7 +72,7 @@ class Ingress:
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
         self.cache = ResultCache(s.cache, embedder=_embedder(s), on_event=self._on_cache_event)
         self.pipeline = Pipeline(
-            self.catalog, RayDispatcher(pools),
+            self.catalog, PoolDispatcher(self._pools),
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
                                   admission=s.admission, pool_capacity=s.pool_capacity),
             routes=routes,
@@ -103,13 +99,13 @@ class Ingress:
 
     # -- background ---------------------------------------------------------------------------
     async def _fetch_index(self):
-        return await self._pools["cpu"].index.remote()
+        return await self._pools["cpu"].index()
 
     async def _refresh_loop(self) -> None:
         while True:
             try:
                 await self.catalog.refresh()
-                self._load = {p: [await h.routing_stats.remote()] for p, h in self._pools.items()}
+                self._load = {p: [await c.routing_stats()] for p, c in self._pools.items()}
                 self.breakers.poll()
             except Exception as e:  # pools restarting: keep the last view
                 log.warning("catalog refresh failed: %s", e)
@@ -166,9 +162,9 @@ class Ingress:
 
     async def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pools": {}}
-        for name, handle in self._pools.items():
+        for name, pool in self._pools.items():
             try:
-                out["pools"][name] = await handle.status.remote()
+                out["pools"][name] = await pool.status()
             except Exception as e:
                 out["pools"][name] = {"error": f"{type(e).__name__}: {e}"}
         out["breakers"] = {f"{m}@{p}": str(getattr(st, "value", st)).lower()
@@ -210,8 +206,8 @@ class Ingress:
     async def _wait_for(self, predicate, what: str, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for handle in self._pools.values():
-                await handle.sync_now.remote()
+            for pool in self._pools.values():
+                await pool.sync()
             await self.catalog.refresh()
             if predicate(self.catalog.snapshot()):
                 return

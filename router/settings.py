@@ -17,7 +17,8 @@ from fallbacks import BreakerConfig, QuotaConfig
 from policies.admission import AdmissionConfig
 from router.cache import CacheSettings
 
-__all__ = ["PoolSettings", "AppSettings", "load_settings", "ENV_DIR"]
+__all__ = ["PoolSettings", "CpuPoolSettings", "GpuPoolSettings", "AppSettings", "load_settings",
+           "device_spec", "cpu_device", "ENV_DIR"]
 
 ENV_DIR = Path(__file__).resolve().parent.parent / "deploy" / "env"
 
@@ -34,6 +35,13 @@ class PoolSettings(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch threads; default cores/replicas.")
     slice_ms: float = Field(50.0, gt=0, description="Time slice when the working set overflows.")
     chunk_size: int = Field(256, ge=1, description="Max rows per chunk of a low-priority batch.")
+
+
+class CpuPoolSettings(PoolSettings):
+    placement: Literal["deployment", "ingress"] = Field(
+        "deployment",
+        description="deployment = its own Ray Serve deployment (scales on its own); ingress = "
+                    "inside each ingress replica, saving a network hop per CPU-served request.")
 
 
 class GpuPoolSettings(PoolSettings):
@@ -67,8 +75,8 @@ class AppSettings(BaseModel):
     fallback_margin_ms: float = Field(10.0, ge=0, description="Budget kept for the fallback.")
     max_body_bytes: int = Field(32 << 20, gt=0, description="Largest HTTP body accepted (413).")
     ingress_replicas: int = Field(1, ge=1, le=64, description="Ingress replicas.")
-    cpu_pool: PoolSettings = Field(
-        default_factory=lambda: PoolSettings(memory_budget_mb=1024),
+    cpu_pool: CpuPoolSettings = Field(
+        default_factory=lambda: CpuPoolSettings(memory_budget_mb=1024),
         description="CPU session pool.",
     )
     gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings, description="GPU pool.")
@@ -98,6 +106,26 @@ class AppSettings(BaseModel):
         if self.api_key:
             return self.api_key
         return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+MB = 1 << 20
+
+
+def device_spec(kind: str, s: PoolSettings) -> dict[str, Any]:
+    """The ``pool.device.DeviceSpec`` fields of a pool's settings."""
+    return {
+        "kind": kind,
+        "memory_budget_bytes": int(s.memory_budget_mb * MB) if s.memory_budget_mb else None,
+        "reserve_bytes": int(s.reserve_mb * MB),
+        "host_budget_bytes": int(s.host_budget_mb * MB) if s.host_budget_mb else None,
+        "slice_ms": s.slice_ms,
+        "chunk_size": s.chunk_size,
+        "threads": s.threads,
+    }
+
+
+def cpu_device(s: PoolSettings) -> dict[str, Any]:
+    return device_spec("cpu", s)
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,15 @@ class _Entry:
     config: ModelConfig
     queue: list[_Pending] = field(default_factory=list)
     ewma_row_s: float = 0.0005
+    last_arrival: float | None = None
+    ewma_gap_s: float = float("inf")  # inter-arrival time: does waiting for a batch pay?
+
+    def arrived(self, now: float) -> None:
+        if self.last_arrival is not None:
+            gap = now - self.last_arrival
+            self.ewma_gap_s = gap if self.ewma_gap_s == float("inf") else (
+                0.8 * self.ewma_gap_s + 0.2 * gap)
+        self.last_arrival = now
 
 
 class DeviceWorker:
@@ -220,8 +229,9 @@ class DeviceWorker:
         self._ensure_loop()
         rows = int(next(iter(inputs.values())).shape[0])
         fut = asyncio.get_running_loop().create_future()
-        p = _Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline,
-                     self._clock(), fut)
+        now = self._clock()
+        p = _Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline, now, fut)
+        entry.arrived(now)
         entry.queue.append(p)
         self._wakeup.set()
         return await fut
@@ -316,7 +326,7 @@ class DeviceWorker:
             models.append(ModelView(
                 name, self.tiers.is_resident(name), reqs, entry.config.max_batch_size,
                 entry.config.batch_wait_ms / 1e3, entry.ewma_row_s,
-                self.tiers.swap_cost_s(name) if reqs else 0.0,
+                self.tiers.swap_cost_s(name) if reqs else 0.0, entry.ewma_gap_s,
             ))
         return SchedulerSnapshot(
             self._clock(), tuple(models), self._current, self._slice_start,

@@ -200,3 +200,15 @@ def test_requests_that_would_miss_behind_the_work_ranked_ahead_are_expired():
     # Without deadlines nothing is dropped, however much work is queued.
     bg = model("bg", *[req(10 + k, G, rows=100) for k in range(5)], row_cost=0.001)
     assert policy.decide(snap(bg)).expired == ()
+
+
+def test_batching_wait_only_when_another_arrival_is_expected():
+    from dataclasses import replace
+
+    busy = replace(model("m", req(1), wait=0.002), arrival_gap_s=0.0005)
+    d = policy.decide(snap(busy, now=NOW + 0.001))
+    assert d.model is None and d.reason == "batching" and d.wait_until == pytest.approx(NOW + 0.002)
+    quiet = replace(model("m", req(1), wait=0.002), arrival_gap_s=float("inf"))
+    d = policy.decide(snap(quiet, now=NOW + 0.001))
+    assert d.model == "m" and d.request_ids == (1,)
+    assert policy.decide(snap(busy, now=NOW + 0.003)).model == "m"  # the wait has passed

@@ -1,0 +1,81 @@
+"""PoolService: one pool replica's work, Ray-free.
+
+Owns a ModelHost over one DeviceWorker, keeps it in step with the repository (poll + the
+explicit load/unload control file) and answers work requests. ``PoolDeployment`` is a thin Ray
+adapter over it; the ingress can also own one in-process (``cpu_pool.placement: ingress``) to save
+a network hop for CPU-served models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psutil
+import torch
+
+from pool._private.worker import DeviceWorker, RoutingStats
+from pool.control import ControlFile
+from pool.device import DeviceSpec
+from pool.host import ModelHost, ModelIndexEntry
+from pool.repository import ModelRepository
+from pool.wire import PoolReply, run_work
+
+__all__ = ["PoolService", "cpu_threads_per_replica"]
+
+log = logging.getLogger(__name__)
+
+
+def cpu_threads_per_replica(replicas: int) -> int:
+    """Physical cores / replicas (at least one), so replicas don't oversubscribe the CPU."""
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    return max(1, cores // max(1, replicas))
+
+
+class PoolService:
+    def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any], *,
+                 poll_interval_s: float = 1.0, replicas: int = 1) -> None:
+        self.pool = pool
+        spec = DeviceSpec(**device)
+        if spec.kind == "cpu":
+            torch.set_num_threads(spec.threads or cpu_threads_per_replica(replicas))
+        accepts = (lambda c: c.device != "cpu") if pool == "gpu" else (lambda c: True)
+        self.host = ModelHost(ModelRepository(repository), DeviceWorker(spec), device_filter=accepts)
+        self.control = ControlFile(state_dir)
+        self._poll_s = poll_interval_s
+        self._poller: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Load the repository once, then keep polling it in the background."""
+        await self.sync()
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def sync(self) -> None:
+        self.host.set_unloaded(self.control.unloaded())
+        await self.host.sync()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_s)
+            try:
+                await self.sync()
+            except Exception:  # the poller must outlive any one bad pass
+                log.exception("repository sync failed")
+
+    async def infer(self, work: dict[str, Any]) -> PoolReply:
+        return await run_work(self.host, self.pool, work)
+
+    def index(self) -> dict[str, ModelIndexEntry]:
+        return self.host.index()
+
+    def status(self) -> dict:
+        return {"pool": self.pool, **self.host.status()}
+
+    def routing_stats(self) -> RoutingStats:
+        return self.host.worker.routing_stats()
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        await self.host.worker.close()
