@@ -39,12 +39,13 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
 def test_demo_config_is_valid_and_as_specified() -> None:
     cfg = load_config(DEMO)
     assert cfg.target.url == "http://127.0.0.1:8000"
-    assert [(m.name, m.weight) for m in cfg.models] == [("digits-small", 3), ("digits-large", 1)]
+    assert [(m.name, m.weight) for m in cfg.models] == [
+        ("digits-small", 3), ("digits-large", 1), ("digits", 2)]
     (inp,) = cfg.inputs or []
     assert (inp.name, inp.datatype, inp.shape) == ("pixels", "FP32", (1, 64))
     assert inp.random is not None and (inp.random.low, inp.random.high) == (0, 16)
-    assert (cfg.arrival.process, cfg.arrival.rate) == ("poisson", 20)
-    assert (cfg.duration_s, cfg.warmup_s, cfg.slo.p99_ms) == (20, 3, 500)
+    assert (cfg.arrival.process, cfg.arrival.rates) == ("poisson", [10, 20, 40])
+    assert (cfg.duration_s, cfg.warmup_s, cfg.slo.p99_ms) == (15, 3, 500)
 
 
 @pytest.mark.parametrize("bad, needle", [
