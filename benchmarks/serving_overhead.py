@@ -3,12 +3,15 @@ and through a bare Ray Serve deployment of the same model, side by side in one r
 
     python -m benchmarks.serving_overhead --json out.json [--n 500] [--model iris-mlp1x16]
 
-One Ray instance (``num_cpus=4``) holds three Serve apps: ``timeshare`` (the real app from
-``router.app.build_app`` over a temporary model repository), ``bare`` (a minimal
+One Ray instance (``num_cpus=4``) holds four Serve apps: ``timeshare`` (the real app from
+``router.app.build_app`` over a temporary model repository, default settings: with no GPU the CPU
+pool runs inside the ingress replica, one Serve hop), ``timeshare-pool-deployment`` (the same with
+``cpu_pool.placement: deployment``, as when GPUs exist: ingress -> pool, two hops), ``bare`` (a minimal
 ``@serve.deployment`` that ``torch.jit.load``s the same ``model.pt`` and runs it on a numpy array)
 and ``bare-chain`` (the same bare model behind a bare forwarding deployment: two Serve hops, like
 Timeshare's ingress -> pool). The repository holds the model as the demo builder configured it
-(``batch_wait_ms`` 2.0: the pool worker holds a lone request up to 2 ms hoping to fill a batch)
+(``batch_wait_ms`` 2.0: the pool worker waits up to 2 ms to fill a batch when the model's arrivals
+suggest another request is coming; a lone caller on a quiet model does not wait)
 and a copy ``<model>-nowait`` with ``batch_wait_ms: 0``, so the batching wait shows apart.
 
 Arms (batch of one row, closed loop: one call at a time from the driver):
@@ -17,6 +20,7 @@ Arms (batch of one row, closed loop: one call at a time from the driver):
   bare_chain    the two-hop bare reference through its handle
   handle        serve.get_app_handle("timeshare").infer.remote(InferenceRequest(...)).result()
   handle_nowait the same, on the batch_wait_ms 0 copy
+  handle_pool_deployment  the handle of the app whose CPU pool is its own deployment
   http          POST /v2/models/<model>/infer (v2 JSON), httpx keep-alive client
   http_nowait   the same, on the batch_wait_ms 0 copy
 
@@ -34,6 +38,7 @@ How to read the output:
                    this machine; ``handle_minus_bare_chain_p50_ms`` is what Timeshare adds beyond
                    its two hops (pipeline, validation, worker queue and batching, pydantic).
   key_nowait       the same for the batch_wait_ms 0 copy.
+  key_pool_deployment  the same for the two-hop placement.
   batching_wait_p50_ms  handle - handle_nowait at p50: what the batching wait costs a lone caller.
   breakdown        medians of the response timings seen by the driver: ``queue_ms`` (pool
                    queue, including the batching wait), ``compute_ms``, ``ingress_total_ms``
@@ -66,7 +71,7 @@ import yaml
 
 TARGET_MS = 3.0
 APP = "timeshare"
-COLO_APP = "timeshare-colocated"
+COLO_APP = "timeshare-pool-deployment"
 BARE_APP = "bare"
 CHAIN_APP = "bare-chain"
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
@@ -204,11 +209,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         serve.run(
             build_app({"repository": str(repo), "environment": "test"}), name=APP, route_prefix="/"
         )
-        # The same app with the CPU pool inside the ingress replica (cpu_pool.placement=ingress):
-        # one Serve hop instead of two for CPU-served models.
+        # The same app with the CPU pool as its own deployment (cpu_pool.placement=deployment,
+        # the default when GPUs exist): two Serve hops instead of one for CPU-served models.
         serve.run(
             build_app({"repository": str(repo), "environment": "test",
-                       "cpu_pool": {"placement": "ingress"}}),
+                       "cpu_pool": {"placement": "deployment"}}),
             name=COLO_APP, route_prefix=None,
         )
         serve.run(_bare_deployment().bind(str(path), threads), name=BARE_APP, route_prefix=None)
@@ -271,7 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bare_chain": via_chain,
             "handle": via_handle(args.model),
             "handle_nowait": via_handle(nowait),
-            "handle_colocated": via_handle(args.model, colo),
+            "handle_pool_deployment": via_handle(args.model, colo),
             "http": via_http(args.model),
             "http_nowait": via_http(nowait),
         }
@@ -369,7 +374,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_vs_direct": ratios,
         "key": key("handle"),
         "key_nowait": key("handle_nowait"),
-        "key_colocated": key("handle_colocated"),
+        "key_pool_deployment": key("handle_pool_deployment"),
         # The pool holds a lone request up to batch_wait_ms hoping to fill a batch.
         "batching_wait_p50_ms": round(p50("handle") - p50("handle_nowait"), 4),
         "breakdown": {"handle": breakdown("handle"), "handle_nowait": breakdown("handle_nowait")},

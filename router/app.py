@@ -35,19 +35,24 @@ def build_from_settings(settings: AppSettings) -> Application:
         "state_dir": settings.resolved_state_dir(),
         "poll_interval_s": settings.poll_interval_s,
     }
-    cpu = settings.cpu_pool
-    pools = {}
-    if cpu.placement == "deployment":
-        pools["cpu"] = PoolDeployment.options(
-            name="CPUPool", num_replicas=cpu.replicas, **pool_options
-        ).bind(pool="cpu", device=device_spec("cpu", cpu), replicas=cpu.replicas, **common)
     gpu = settings.gpu_pool
     gpus = _gpu_count()
+    pools = {}
     if gpu.enabled == "on" or (gpu.enabled == "auto" and gpus > 0):
         replicas = max(1, min(gpu.replicas, gpus) if gpus else gpu.replicas)
         pools["gpu"] = PoolDeployment.options(
             name="GPUPool", num_replicas=replicas, ray_actor_options={"num_gpus": 1},
-            **pool_options).bind(pool="gpu", device=device_spec("cuda", gpu), replicas=replicas, **common)
+            **pool_options).bind(pool="gpu", device=device_spec("cuda", gpu), replicas=replicas,
+                                 **common)
+    cpu = settings.cpu_pool
+    if cpu.placement == "auto":
+        # Without GPUs the CPU pool is the only pool: a separate deployment would only add a hop.
+        cpu = cpu.model_copy(update={"placement": "deployment" if pools else "ingress"})
+        settings = settings.model_copy(update={"cpu_pool": cpu})
+    if cpu.placement == "deployment":
+        pools["cpu"] = PoolDeployment.options(
+            name="CPUPool", num_replicas=cpu.replicas, **pool_options
+        ).bind(pool="cpu", device=device_spec("cpu", cpu), replicas=cpu.replicas, **common)
     alerter = None
     if settings.alerting is not None:
         from alerting.config import load_config

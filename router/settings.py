@@ -38,10 +38,11 @@ class PoolSettings(BaseModel):
 
 
 class CpuPoolSettings(PoolSettings):
-    placement: Literal["deployment", "ingress"] = Field(
-        "deployment",
-        description="deployment = its own Ray Serve deployment (scales on its own); ingress = "
-                    "inside each ingress replica, saving a network hop per CPU-served request.")
+    placement: Literal["auto", "deployment", "ingress"] = Field(
+        "auto",
+        description="deployment = its own Ray Serve deployment (scales on its own, takes GPU "
+                    "overflow); ingress = inside each ingress replica, saving one Serve hop per "
+                    "CPU-served request; auto = ingress when no GPU pool runs, else deployment.")
 
 
 class GpuPoolSettings(PoolSettings):
