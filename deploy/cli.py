@@ -1,7 +1,7 @@
 """The ``timeshare`` command line.
 
     timeshare demo build [--repo PATH] [--only NAME ...] [--force]
-    timeshare serve [--config deploy/config.yaml] [--repo PATH]   # build demo if missing, serve run
+    timeshare serve [--config deploy/config.yaml] [--repo PATH] [--env test|staging|prod]
     timeshare status [--url http://127.0.0.1:8000]
 """
 
@@ -37,10 +37,27 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"building the demo model repository in {repo} (first run only)...", flush=True)
         build_demo_repository(repo)
     serve_bin = Path(sys.executable).with_name("serve")
-    cmd = [str(serve_bin), "run", args.config]
+    config = args.config
+    if args.env:
+        config = _with_environment(Path(args.config), args.env)
+    cmd = [str(serve_bin), "run", config]
     print("$", " ".join(cmd), flush=True)
     os.execv(cmd[0], cmd)
     return 0  # not reached
+
+
+def _with_environment(config: Path, env: str) -> str:
+    """A copy of the Serve config whose ``timeshare`` app runs in environment ``env``."""
+    import yaml
+
+    doc = yaml.safe_load(config.read_text())
+    apps = [a for a in doc.get("applications", []) if a.get("name") == "timeshare"]
+    if not apps:
+        raise SystemExit(f"{config}: no application named 'timeshare'")
+    apps[0].setdefault("args", {})["environment"] = env
+    out = config.with_name(f".{config.stem}.{env}.yaml")  # beside it: relative paths still work
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(out)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -64,6 +81,17 @@ def _status(args: argparse.Namespace) -> int:
         for name, m in info.get("models", {}).items():
             states = ", ".join(f"{v}:{s['state']}" for v, s in m["versions"].items())
             print(f"  {name:26s} default={m['default_version']}  {states}")
+    breakers = data.get("breakers", {})
+    print("breakers:", ", ".join(f"{k}={v}" for k, v in sorted(breakers.items())) or "none")
+    counters = data.get("cache", {}).get("counters", {})
+    hits = {t: counters.get(f"{t}.hit", 0) for t in ("memory", "redis", "semantic")}
+    looked = sum(hits.values()) + counters.get("compute", 0)
+    rates = ", ".join(f"{t} {h / looked:.0%}" for t, h in hits.items()) if looked else "no lookups"
+    print(f"cache hit rate: {rates} (redis available: {data.get('cache', {}).get('redis_available')})")
+    alerts = data.get("alerts")
+    if isinstance(alerts, dict):
+        print(f"open alerts: {alerts.get('firing', '?')} firing of {alerts.get('alerts', '?')} "
+              f"({alerts.get('environment', '?')})")
     return 0
 
 
@@ -82,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="build the demo repository if missing, then serve run")
     serve.add_argument("--config", default="deploy/config.yaml")
     serve.add_argument("--repo", default="var/model_repository")
+    serve.add_argument("--env", choices=["test", "staging", "prod"],
+                       help="environment overlay (deploy/env/ENV.yaml); default: the config's")
     serve.set_defaults(func=_serve)
 
     status = sub.add_parser("status", help="print the app's models, residency and queues")

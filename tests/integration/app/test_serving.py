@@ -198,3 +198,34 @@ def test_status_lists_devices_models_and_queues(http):
     cpu = st["pools"]["cpu"]
     assert cpu["models"]["digits-small"]["default_version"] == "1"
     assert "queue_depth" in cpu["device"] and "resident" in cpu["device"]
+
+
+def test_fast_then_refine_streams_over_sse_and_the_handle(app, http):
+    from router.schemas import InferenceRequest
+
+    x = load_splits("digits").test_x[:2]
+    with http.stream("POST", "/v2/models/digits-refine/infer_stream",
+                     json=v2_body("pixels", x)) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[len("data: "):]) for line in r.iter_lines()
+                  if line.startswith("data: ")]
+    assert [e["model_name"] for e in events] == ["digits-small", "digits-large"]
+    assert [json.loads(e["parameters"]["route"])["decision"] for e in events] == ["refine", "refined"]
+    stream = app.handle.options(stream=True).infer_stream.remote(
+        InferenceRequest(model="digits-refine", inputs={"pixels": x}))
+    answers = list(stream)
+    assert [(a.model, a.final) for a in answers] == [("digits-small", False), ("digits-large", True)]
+    bad = http.post("/v2/models/digits-refine/infer_stream", json=v2_body("pixels", x[:, :5]))
+    assert bad.status_code == 400 and bad.json()["field"] == "inputs.pixels"
+
+
+def test_cascade_route_reports_its_decision(http):
+    split = load_splits("digits")
+    decisions = set()
+    for i in range(30):
+        r = http.post("/v2/models/digits/infer", json=v2_body("pixels", split.test_x[i:i + 1]))
+        assert r.status_code == 200
+        route = json.loads(r.json()["parameters"]["route"])
+        assert route["route"] == "digits" and route["confidence"] is not None
+        decisions.add(route["decision"])
+    assert decisions == {"cheap", "escalated"}
