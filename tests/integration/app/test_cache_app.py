@@ -112,18 +112,19 @@ def test_exact_hits_and_misses_are_labelled(http):
     assert _infer(http, SMALL, y)["parameters"]["cache"] == "memory"
 
 
-def test_wire_dtype_is_keyed_after_the_cast_to_the_model_dtype(http):
-    """The key is built from the validated tensors (cast to the model's FP32), so INT64 pixels
-    with the same values are the same model input and may share the entry; FP32 pixels with
-    different values never do."""
+def test_wire_dtype_is_part_of_the_key(http):
+    """The key is the canonical encoding of the inputs as sent (dtype, shape, bytes), so INT64
+    pixels with the same values as FP32 ones are another key (the model still gives the same
+    answer for both); FP32 pixels with different values never share an entry either."""
     x = np.floor(_fresh(3))  # integral values: exact in both dtypes
     first = _infer(http, SMALL, x)
     assert first["parameters"]["cache"] == "miss"
     as_int = {"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "INT64",
                           "data": x.astype(np.int64).reshape(-1).tolist()}]}
-    hit = _infer(http, SMALL, x, body=as_int)
-    assert hit["parameters"]["cache"] == "memory"
-    np.testing.assert_array_equal(_out(hit), _out(first))
+    other = _infer(http, SMALL, x, body=as_int)
+    assert other["parameters"]["cache"] == "miss"
+    np.testing.assert_array_equal(_out(other), _out(first))
+    assert _infer(http, SMALL, x, body=as_int)["parameters"]["cache"] == "memory"
     nudged = x.copy()
     nudged[0, 5] += 0.5
     assert _infer(http, SMALL, nudged)["parameters"]["cache"] == "miss"
