@@ -257,6 +257,78 @@ async def _zipf(
     return out
 
 
+async def _pipeline_latencies(net, redis_url: str | None, n: int) -> dict:
+    """The same hits measured through ``Pipeline.infer`` (validation, catalog, cache, response),
+    in-process over a real ModelHost/DeviceWorker: what a request pays inside the ingress."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from pool._private.worker import DeviceWorker
+    from pool.device import DeviceSpec
+    from pool.host import ModelHost
+    from pool.repository import ModelRepository
+    from router.cache import CacheSettings, ResultCache
+    from router.catalog import ModelCatalog
+    from router.dispatch import LocalDispatcher
+    from router.pipeline import Pipeline
+    from router.schemas import CacheControl, InferenceRequest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp)
+        (repo / "mlp" / "1").mkdir(parents=True)
+        torch.jit.script(net).save(str(repo / "mlp" / "1" / "model.pt"))
+        (repo / "mlp" / "config.yaml").write_text(yaml.safe_dump({
+            "name": "mlp", "inputs": [{"name": "x", "dtype": "FP32", "shape": [64]}],
+            "outputs": [{"name": "y", "dtype": "FP32", "shape": [10]}], "batch_wait_ms": 0}))
+        host = ModelHost(ModelRepository(repo, settle_s=0),
+                         DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=64 << 20)))
+        await host.sync()
+
+        async def index():
+            return host.index()
+
+        catalog = ModelCatalog(index)
+        await catalog.refresh()
+        cache = ResultCache(CacheSettings(redis_url=redis_url))
+        pipe = Pipeline(catalog, LocalDispatcher({"cpu": host}), cache=cache)
+        rng = np.random.default_rng(1)
+        out: dict[str, Any] = {}
+        try:
+            def req(x, **cache_ctl):
+                return InferenceRequest(model="mlp", inputs={"x": x},
+                                        cache=CacheControl(**cache_ctl))
+
+            async def sample(tier: str, prepare=None) -> dict:
+                times = []
+                for i in range(n):
+                    x = rng.random((1, 64), dtype=np.float32)
+                    if tier != "model_call":
+                        await pipe.infer(req(x))  # fill
+                    if prepare:
+                        prepare()
+                    # The request object is built before timing, as it arrives at the pipeline.
+                    request = (req(x, skip_read=True, skip_write=True) if tier == "model_call"
+                               else req(x))
+                    t0 = time.perf_counter()
+                    r = await pipe.infer(request)
+                    times.append(time.perf_counter() - t0)
+                    want = "off" if tier == "model_call" else tier
+                    if r.cache != want:
+                        raise RuntimeError(f"pipeline {tier}: expected cache={want}, got {r.cache}")
+                return _pct(times)
+
+            out["model_call"] = await sample("model_call")
+            out["memory_hit"] = await sample("memory")
+            if redis_url:
+                out["redis_hit"] = await sample("redis", prepare=cache.clear_memory)
+        finally:
+            await cache.close()
+            await host.worker.close()
+        return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the JSON object to this file")
@@ -280,6 +352,7 @@ def main(argv: list[str] | None = None) -> dict:
     url, proc, how = _redis(args.redis_url)
     try:
         lat = asyncio.run(_latencies(net, url, args.n, not args.no_semantic, args.semantic_n))
+        pipe = asyncio.run(_pipeline_latencies(net, url, min(args.n, 1000)))
         zipf = asyncio.run(
             _zipf(
                 net,
@@ -303,11 +376,17 @@ def main(argv: list[str] | None = None) -> dict:
         "hit_speedup_vs_model_p50": {
             k: round(model_p50 / v["p50_ms"], 4) for k, v in lat.items() if k != "model_call"
         },
+        "pipeline_latency": pipe,
         "zipf": zipf,
         "targets": {
             "memory_hit_p50_under_0.2ms": lat["memory_hit"]["p50_ms"] < 0.2,
             "redis_hit_p50_under_1ms": (
                 lat["redis_hit"]["p50_ms"] < 1.0 if "redis_hit" in lat else "skipped: " + how
+            ),
+            # The issue's measurement point: inside the pipeline (Pipeline.infer), not over HTTP.
+            "pipeline_memory_hit_p50_under_0.2ms": pipe["memory_hit"]["p50_ms"] < 0.2,
+            "pipeline_redis_hit_p50_under_1ms": (
+                pipe["redis_hit"]["p50_ms"] < 1.0 if "redis_hit" in pipe else "skipped: " + how
             ),
         },
         "env": {
@@ -317,7 +396,8 @@ def main(argv: list[str] | None = None) -> dict:
             "torch_threads": torch.get_num_threads(),
             "loadavg_1m": round(os.getloadavg()[0], 2),
         },
-        "note": "measured by calling ResultCache directly (no HTTP); the pipeline re-measures",
+        "note": "latency: ResultCache called directly; pipeline_latency: through Pipeline.infer "
+                "(validation, catalog, cache, response), in-process, no HTTP",
     }
     text = json.dumps(result, indent=2)
     print(text)

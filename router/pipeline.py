@@ -117,6 +117,17 @@ class Pipeline:
     # -- entry points ---------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """The final answer (for fast-then-refine routes: the refined one)."""
+        if request.model not in self.routes:  # the common case, without the generator's cost
+            start = self._clock()
+            quota = self.quotas.acquire(request.caller) if self.quotas else contextlib.nullcontext()
+            try:
+                with quota:
+                    resp = await self._answer(request, request.model, request.version, start)
+            except Exception as e:
+                self._record(request, None, e, start)
+                raise
+            self._record(request, resp, None, start)
+            return resp
         last = None
         async for last in self.stream(request):
             pass
@@ -167,13 +178,18 @@ class Pipeline:
             answer, outcome = await self.cache.get_or_compute(
                 model=model, version=version, inputs=req.inputs, text=req.text, policy=cfg.cache,
                 control=req.cache, compute=compute)
-        timings = getattr(answer, "timings", None) or Timings()
-        return InferenceResponse(
+        t = getattr(answer, "timings", None)
+        total_ms = (self._clock() - start) * 1e3
+        # Built from values the pipeline produced itself: no re-validation on the hot path.
+        timings = Timings.model_construct(
+            queue_ms=t.queue_ms if t else 0.0, compute_ms=t.compute_ms if t else 0.0,
+            swap_ms=t.swap_ms if t else 0.0, total_ms=total_ms)
+        return InferenceResponse.model_construct(
             request_id=req.request_id, model=model, version=answer.version or version,
             outputs=dict(answer.outputs), served_by=answer.served_by,
             degraded=getattr(answer, "degraded", False), reason=getattr(answer, "reason", None),
-            cache=outcome.tier, similarity=outcome.similarity,
-            timings=timings.model_copy(update={"total_ms": (self._clock() - start) * 1e3}),
+            cache=outcome.tier, similarity=outcome.similarity, timings=timings, route=None,
+            final=True,
         )
 
     async def _run_chain(self, req: InferenceRequest, cfg: ModelConfig, model: str, version: str,
