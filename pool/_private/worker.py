@@ -102,11 +102,15 @@ class _Pending:
     batch: int = 0
 
 
+_INITIAL_ROW_S = 0.0005  # per-row cost assumed before a model's first run
+
+
 @dataclass(slots=True)
 class _Entry:
     config: ModelConfig
     queue: list[_Pending] = field(default_factory=list)
-    ewma_row_s: float = 0.0005
+    ewma_row_s: float = _INITIAL_ROW_S
+    measured_at: float | None = None  # clock time of the last measurement of ewma_row_s
 
 
 class DeviceWorker:
@@ -115,7 +119,10 @@ class DeviceWorker:
     ``scheduler`` names a policy in ``policies.scheduling`` (``priority`` or ``fifo``) or is a
     policy object; ``eviction`` is an ``EvictionPolicy`` (default priority-aware LRU);
     ``memory`` overrides the device memory (tests). Queues are bounded by ``max_queue`` requests
-    per device; beyond it ``infer`` raises ``asyncio.QueueFull``.
+    per device; beyond it ``infer`` raises ``asyncio.QueueFull``. A model's per-row cost estimate
+    that no run has refreshed for ``estimate_ttl_s`` no longer refuses work: the next request runs
+    and its measurement replaces the estimate (so one hang costs at most one slow run per TTL,
+    instead of the model being refused forever once its estimate exceeds its callers' budgets).
     """
 
     def __init__(
@@ -127,8 +134,12 @@ class DeviceWorker:
         eviction: EvictionPolicy | None = None,
         memory: DeviceMemory | None = None,
         max_queue: int = 100_000,
+        estimate_ttl_s: float = 2.0,
     ) -> None:
+        if estimate_ttl_s <= 0:
+            raise ValueError(f"estimate_ttl_s must be > 0, got {estimate_ttl_s}")
         self.device = device
+        self._estimate_ttl_s = estimate_ttl_s
         self._clock = clock
         self.policy = get_scheduling_policy(scheduler) if isinstance(scheduler, str) else scheduler
         # One thread runs everything that touches the device (copies and forward passes), so the
@@ -297,8 +308,15 @@ class DeviceWorker:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
+    def _stale(self, entry: _Entry) -> bool:
+        return (entry.measured_at is not None
+                and self._clock() - entry.measured_at > self._estimate_ttl_s)
+
     def snapshot(self) -> SchedulerSnapshot:
-        """The queues as the scheduling policy sees them (cancelled requests left out)."""
+        """The queues as the scheduling policy sees them (cancelled requests left out).
+
+        A stale cost estimate is shown as the initial one, so expiry does not refuse on it.
+        """
         models = []
         for key, entry in self._models.items():
             entry.queue = [p for p in entry.queue if not p.future.done()]
@@ -309,7 +327,8 @@ class DeviceWorker:
             )
             models.append(ModelView(
                 name, self.tiers.is_resident(name), reqs, entry.config.max_batch_size,
-                entry.config.batch_wait_ms / 1e3, entry.ewma_row_s,
+                entry.config.batch_wait_ms / 1e3,
+                _INITIAL_ROW_S if self._stale(entry) else entry.ewma_row_s,
                 self.tiers.swap_cost_s(name) if reqs else 0.0,
             ))
         return SchedulerSnapshot(
@@ -439,7 +458,9 @@ class DeviceWorker:
         self.chunks += 1
         self.tiers.memory.touch(name)
         outputs = _name_outputs(entry.config, raw)
-        entry.ewma_row_s = 0.8 * entry.ewma_row_s + 0.2 * (compute_s / max(rows, 1))
+        row_s = compute_s / max(rows, 1)
+        entry.ewma_row_s = row_s if self._stale(entry) else 0.8 * entry.ewma_row_s + 0.2 * row_s
+        entry.measured_at = self._clock()
         offset = 0
         for p, _, n in parts:
             p.parts.append({k: v[offset : offset + n] for k, v in outputs.items()})
