@@ -78,6 +78,8 @@ def app(demo_repo_master, tmp_path_factory):
         "cache": {"redis_url": redis.url if redis else None, "redis_timeout_s": 0.05},
         "alerting": _alerting(receiver.url("/alerts")), "alert_eval_interval_s": 0.5,
         "call_log": {"path": str(call_log)},
+        # only the fault tests' dedicated caller is limited; every other caller is unlimited
+        "quotas": {"callers": {"faults-quota": {"rate_per_s": 0.5, "burst": 2}}},
     }
     serve.run(build_app(args), name="timeshare", route_prefix="/")
     url = f"http://127.0.0.1:{http_port}"
