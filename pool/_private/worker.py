@@ -102,11 +102,15 @@ class _Pending:
     batch: int = 0
 
 
+_INITIAL_ROW_S = 0.0005  # per-row cost assumed before a model's first run
+
+
 @dataclass(slots=True)
 class _Entry:
     config: ModelConfig
     queue: list[_Pending] = field(default_factory=list)
-    ewma_row_s: float = 0.0005
+    ewma_row_s: float = _INITIAL_ROW_S
+    measured_at: float | None = None  # clock time of the last measurement of ewma_row_s
     last_arrival: float | None = None
     ewma_gap_s: float = float("inf")  # inter-arrival time: does waiting for a batch pay?
 
@@ -124,7 +128,10 @@ class DeviceWorker:
     ``scheduler`` names a policy in ``policies.scheduling`` (``priority`` or ``fifo``) or is a
     policy object; ``eviction`` is an ``EvictionPolicy`` (default priority-aware LRU);
     ``memory`` overrides the device memory (tests). Queues are bounded by ``max_queue`` requests
-    per device; beyond it ``infer`` raises ``asyncio.QueueFull``.
+    per device; beyond it ``infer`` raises ``asyncio.QueueFull``. A model's per-row cost estimate
+    that no run has refreshed for ``estimate_ttl_s`` no longer refuses work: the next request runs
+    and its measurement replaces the estimate (so one hang costs at most one slow run per TTL,
+    instead of the model being refused forever once its estimate exceeds its callers' budgets).
     """
 
     def __init__(
@@ -136,8 +143,12 @@ class DeviceWorker:
         eviction: EvictionPolicy | None = None,
         memory: DeviceMemory | None = None,
         max_queue: int = 100_000,
+        estimate_ttl_s: float = 2.0,
     ) -> None:
+        if estimate_ttl_s <= 0:
+            raise ValueError(f"estimate_ttl_s must be > 0, got {estimate_ttl_s}")
         self.device = device
+        self._estimate_ttl_s = estimate_ttl_s
         self._clock = clock
         self.policy = get_scheduling_policy(scheduler) if isinstance(scheduler, str) else scheduler
         # One thread runs everything that touches the device (copies and forward passes), so the
@@ -307,11 +318,16 @@ class DeviceWorker:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
+    def _stale(self, entry: _Entry) -> bool:
+        return (entry.measured_at is not None
+                and self._clock() - entry.measured_at > self._estimate_ttl_s)
+
     def snapshot(self) -> SchedulerSnapshot:
         """The queues as the scheduling policy sees them (cancelled requests left out).
 
         Only models with queued requests are described: an idle model cannot be chosen, and
-        with many models registered (most of them idle) this keeps each decision cheap.
+        with many models registered (most of them idle) this keeps each decision cheap. A stale
+        cost estimate is shown as the initial one, so expiry does not refuse on it.
         """
         models = []
         for key, entry in self._models.items():
@@ -325,7 +341,8 @@ class DeviceWorker:
             )
             models.append(ModelView(
                 name, self.tiers.is_resident(name), reqs, entry.config.max_batch_size,
-                entry.config.batch_wait_ms / 1e3, entry.ewma_row_s,
+                entry.config.batch_wait_ms / 1e3,
+                _INITIAL_ROW_S if self._stale(entry) else entry.ewma_row_s,
                 self.tiers.swap_cost_s(name) if reqs else 0.0, entry.ewma_gap_s,
             ))
         return SchedulerSnapshot(
@@ -458,7 +475,10 @@ class DeviceWorker:
         outputs = _name_outputs(entry.config, raw)
         # The cost per row sizes chunks in time: measured in the device thread, so the thread
         # hop and event-loop delays (which vary with load, not with rows) do not shrink chunks.
-        entry.ewma_row_s = 0.8 * entry.ewma_row_s + 0.2 * (device_s / max(rows, 1))
+        # A stale estimate (a long-idle model, or one slowed by a past stall) is replaced whole.
+        row_s = device_s / max(rows, 1)
+        entry.ewma_row_s = row_s if self._stale(entry) else 0.8 * entry.ewma_row_s + 0.2 * row_s
+        entry.measured_at = self._clock()
         offset = 0
         for p, _, n in parts:
             p.parts.append({k: v[offset : offset + n] for k, v in outputs.items()})

@@ -81,6 +81,8 @@ def app(demo_repo_master, tmp_path_factory):
         # The CPU pool as its own deployment (as with GPUs), so tests see the two-hop path, the
         # request router and a pool replica that can be killed; e2e covers the default placement.
         "cpu_pool": {"placement": "deployment", "memory_budget_mb": 512},
+        # only the fault tests' dedicated caller is limited; every other caller is unlimited
+        "quotas": {"callers": {"faults-quota": {"rate_per_s": 0.5, "burst": 2}}},
     }
     serve.run(build_app(args), name="timeshare", route_prefix="/")
     url = f"http://127.0.0.1:{http_port}"

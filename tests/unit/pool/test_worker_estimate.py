@@ -1,0 +1,94 @@
+"""A model that ran slow once (a hang) is not refused forever on its stale cost estimate.
+
+The worker refuses (expires) a request when its estimated compute cannot finish before the
+request's deadline. The estimate only changes when the model runs, so one slow run used to make
+every later request with a shorter budget be refused, forever: the model never ran again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from pool._private.worker import DeviceWorker, ModelKey
+from pool.config import ModelConfig
+from pool.device import DeviceSpec
+from pool.errors import RequestExpired
+from tests.unit.pool.fakes import FakeClock
+
+KEY = ModelKey("sometimes-slow", "1")
+
+
+class SometimesSlow(nn.Module):
+    """A real linear model whose forward blocks while ``hang`` is set (a hung kernel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 2)
+        self.hang = threading.Event()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.hang.is_set():
+            time.sleep(0.3)  # real time: the worker measures compute with perf_counter
+        return self.lin(x)
+
+
+@pytest.fixture
+async def worker_and_model():
+    clock = FakeClock()  # frozen unless advanced: deadlines pass only when the test says so
+    worker = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=1 << 20), clock=clock,
+                          estimate_ttl_s=2.0)
+    model = SometimesSlow().eval()
+    cfg = ModelConfig(name=KEY.name, inputs=[{"name": "x", "dtype": "FP32", "shape": [4]}],
+                      outputs=[{"name": "y", "dtype": "FP32", "shape": [2]}], batch_wait_ms=0)
+    await worker.add_model(KEY, cfg, lambda: model)
+    yield worker, model, clock
+    await worker.close()
+
+
+async def _call(worker: DeviceWorker, clock: FakeClock, budget_s: float):
+    return await worker.infer(KEY, {"x": torch.ones(1, 4)}, deadline=clock() + budget_s)
+
+
+async def test_stale_cost_estimate_stops_refusing_and_is_remeasured(worker_and_model):
+    worker, model, clock = worker_and_model
+    await _call(worker, clock, 10.0)  # normal speed
+    model.hang.set()
+    await _call(worker, clock, 10.0)  # one slow run: the estimate now exceeds a 20 ms budget
+    model.hang.clear()
+    # while the estimate is fresh, short-budget work is refused without running
+    for _ in range(3):
+        with pytest.raises(RequestExpired):
+            await _call(worker, clock, 0.02)
+    chunks = worker.chunks
+    assert worker.expired == 3
+
+    clock.advance(2.5)  # no run for longer than estimate_ttl_s: the estimate is stale
+    out = await _call(worker, clock, 0.02)  # runs (the fix: it used to be refused forever)
+    assert torch.allclose(out.outputs["y"], model.lin(torch.ones(1, 4)))
+    assert worker.chunks == chunks + 1
+    # the fresh measurement replaced the slow one: short budgets are served again right away
+    for _ in range(3):
+        await _call(worker, clock, 0.02)
+    assert worker.expired == 3 and worker.chunks == chunks + 4
+
+
+async def test_slow_model_is_remeasured_at_most_once_per_ttl(worker_and_model):
+    worker, model, clock = worker_and_model
+    model.hang.set()  # genuinely slow: every run is slow
+    await _call(worker, clock, 10.0)
+    for _ in range(2):
+        for _ in range(3):
+            with pytest.raises(RequestExpired):
+                await _call(worker, clock, 0.02)
+        clock.advance(2.5)
+        chunks = worker.chunks
+        # one probe runs (too slow for its budget: measured, and the estimate is fresh again)
+        await _call(worker, clock, 0.02)
+        assert worker.chunks == chunks + 1
+    assert worker.expired == 6
