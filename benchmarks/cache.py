@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import shutil
@@ -31,6 +30,7 @@ import torch
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
+from benchmarks._output import emit
 
 EXACT = CacheConfig(mode="exact", ttl_s=600)
 SEMANTIC = CacheConfig(mode="semantic", ttl_s=600)
@@ -399,12 +399,7 @@ def main(argv: list[str] | None = None) -> dict:
         "note": "latency: ResultCache called directly; pipeline_latency: through Pipeline.infer "
                 "(validation, catalog, cache, response), in-process, no HTTP",
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    return result
+    return emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import tempfile
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 import yaml
 from torch import nn
+from benchmarks._output import emit
 
 IN, HIDDEN = 64, 512
 
@@ -278,12 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
         "other_rates": rows[1:],
         "targets": {"p99_ratio_max": 1 / 3, "goodput_ratio_min": 2.0},
     }
-    text = json.dumps(out)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    return out
+    return emit(out, args.json)
 
 
 if __name__ == "__main__":

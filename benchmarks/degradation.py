@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from fallbacks import (
     compile_chain,
 )
 from pool.config import FallbackStep
+from benchmarks._output import emit
 
 IN_FEATURES, OUT_FEATURES = 64, 10
 
@@ -199,11 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     out = asyncio.run(run(args))
     out["wall_s"] = round(time.monotonic() - t0, 2)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    emit(out, args.json)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from pool._private.worker import DeviceWorker, ModelKey
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import RequestExpired
+from benchmarks._output import emit
 
 CHEAP, EXPENSIVE = "digits-small", "digits-large"
 HEAVY = ModelKey("digits-large-x", "1")
@@ -251,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(_bench(repo, args.seconds, args.load, args.deadline_ms,
                                     args.ensemble, args.max_batch, args.seed))
     result["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(result, indent=2)
-    Path(args.json).write_text(text + "\n")
-    print(text)
+    emit(result, args.json)
     return 0
 
 

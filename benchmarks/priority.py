@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import time
 
@@ -36,6 +35,7 @@ from policies.scheduling import get_scheduling_policy
 from pool._private.worker import DeviceWorker, ModelKey
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
+from benchmarks._output import emit
 
 RT, BG = ModelKey("realtime-model", "1"), ModelKey("background-model", "1")
 WIDTH = 256
@@ -191,12 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = asyncio.run(run(args))
-    text = json.dumps(out)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    return out
+    return emit(out, args.json)
 
 
 if __name__ == "__main__":

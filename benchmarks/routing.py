@@ -21,7 +21,6 @@ accuracy, and RouteLLM's CPT(50/80/95%) (share needed to recover that fraction o
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from policies.calibration import (
     threshold_for_accuracy,
     tradeoff_curve,
 )
+from benchmarks._output import emit
 from policies.routing import PlanKind, RouteRequest, RouteStrategy, make_strategy
 from router.route_training import (
     calibrate_route,
@@ -227,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     result = run(args.repo, args.target_share, args.seed)
-    text = json.dumps(result, indent=2)
-    Path(args.json).write_text(text + "\n")
-    print(text)
+    emit(result, args.json)
     return 0
 
 

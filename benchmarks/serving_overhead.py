@@ -52,7 +52,6 @@ run, not across runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -68,6 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from benchmarks._output import emit
 
 TARGET_MS = 3.0
 APP = "timeshare"
@@ -419,10 +419,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 
@@ -23,6 +22,7 @@ from torch import nn
 from policies.priority import Priority
 from pool._private.residency import Residency
 from pool.device import DeviceSpec
+from benchmarks._output import emit
 
 
 def _model(mb: int, seed: int) -> nn.Module:
@@ -98,12 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
         "meets_target": swap / raw >= 0.8,
         "tiers": stats,
     }
-    text = json.dumps(out)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
-    return out
+    return emit(out, args.json)
 
 
 if __name__ == "__main__":
