@@ -149,7 +149,14 @@ class Ingress:
     # -- handle API -----------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one inference. Raises typed ``router.errors`` exceptions on bad input."""
-        return await self.pipeline.infer(_check(request))
+        request = _check(request)
+        with self.telemetry.span("timeshare.infer", model=request.model,
+                                 priority=request.priority.label, caller=request.caller) as span:
+            resp = await self.pipeline.infer(request)
+            span.set_attribute("served_by", resp.served_by)
+            span.set_attribute("degraded", resp.degraded)
+            span.set_attribute("cache", resp.cache)
+            return resp
 
     def stream(self, request: InferenceRequest):
         return self.pipeline.stream(_check(request))

@@ -119,8 +119,9 @@ class Pipeline:
         """The final answer (for fast-then-refine routes: the refined one)."""
         if request.model not in self.routes:  # the common case, without the generator's cost
             start = self._clock()
-            quota = self.quotas.acquire(request.caller) if self.quotas else contextlib.nullcontext()
-            try:
+            try:  # a quota rejection (429) is recorded like any other outcome
+                quota = (self.quotas.acquire(request.caller) if self.quotas
+                         else contextlib.nullcontext())
                 with quota:
                     resp = await self._answer(request, request.model, request.version, start)
             except Exception as e:
@@ -137,8 +138,8 @@ class Pipeline:
     async def stream(self, req: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Answers in order; one unless the target is a fast-then-refine route."""
         start = self._clock()
-        quota = self.quotas.acquire(req.caller) if self.quotas else contextlib.nullcontext()
-        try:
+        try:  # a quota rejection (429) is recorded like any other outcome
+            quota = self.quotas.acquire(req.caller) if self.quotas else contextlib.nullcontext()
             with quota:
                 if req.model in self.routes:
                     async for resp in self._route(req, start):
