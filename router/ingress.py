@@ -126,6 +126,10 @@ class Ingress:
                                             self.breakers.states().items()
                                             if str(getattr(st, "value", st)).upper() == "OPEN"),
                     failed_models=failed,
+                    device_memory_used={
+                        f"{pool}:{st.device}": 1 - st.memory_free_bytes / st.memory_total_bytes
+                        for pool, stats in self._load.items() for st in stats
+                        if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}))
                 for alert in self._evaluator.evaluate(snap):
