@@ -106,8 +106,11 @@ class Pipeline:
         self._recorders = tuple(recorders)
         self._clock = clock
         self._rng = rng
-        self.runner = ChainRunner(PoolExecutor(catalog, dispatcher), config=config.chain,
-                                  breakers=breakers, clock=clock)
+        # Per-(model, pool) circuit breakers guard failing models. The chain runner's per-pool
+        # adaptive throttle is not used: with one CPU pool it would let one broken model
+        # throttle every model on it.
+        self.runner = ChainRunner(PoolExecutor(catalog, dispatcher, clock=clock),
+                                  config=config.chain, breakers=breakers, clock=clock)
         self._chains: dict[str, tuple[ModelConfig, tuple[CompiledStep, ...]]] = {}
         self._in_flight: dict[tuple[str, Priority], int] = {}
         self._compute_s: dict[str, float] = {}  # EWMA of per-request compute, for spill

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fallbacks import FallbackRequest, ModelReply
+from fallbacks import Deadline, FallbackRequest, ModelReply, RetryBudget, retry_call
 from pool.wire import PoolReply
 from router.catalog import ModelCatalog
 from router.dispatch import Dispatcher
@@ -25,9 +27,17 @@ class ReplyLog:
 
 
 class PoolExecutor:
-    def __init__(self, catalog: ModelCatalog, dispatcher: Dispatcher) -> None:
+    """Calls pools for the chain runner. A lost replica or transport error (idempotent: the
+    model did not answer) is retried within the hop's budget, bounded by ``retry_budget``
+    (retries at most ``ratio`` of requests); timeouts and model errors are not retried."""
+
+    def __init__(self, catalog: ModelCatalog, dispatcher: Dispatcher, *,
+                 retry_budget: RetryBudget | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._catalog = catalog
         self._dispatcher = dispatcher
+        self._retry = retry_budget or RetryBudget(ratio=0.1, max_tokens=10)
+        self._clock = clock
 
     async def call_model(self, request: FallbackRequest, *, model: str, version: str | None,
                          pool: str, budget_s: float) -> ModelReply:
@@ -40,8 +50,14 @@ class PoolExecutor:
                 raise RuntimeError(f"fallback model {model!r} cannot take these inputs: {e}") from e
         if pool not in self._dispatcher.pools:
             pool = "cpu"
-        reply = await self._dispatcher.dispatch(pool, model, version, dict(inputs),
-                                                priority=request.priority, timeout_s=budget_s)
+        deadline = Deadline(at=self._clock() + budget_s, clock=self._clock)
+
+        async def attempt():
+            return await self._dispatcher.dispatch(
+                pool, model, version, dict(inputs), priority=request.priority,
+                timeout_s=max(deadline.remaining(), 0.0))
+
+        reply = await retry_call(attempt, deadline=deadline, budget=self._retry, max_attempts=2)
         log = request.extra.get("replies")
         if isinstance(log, ReplyLog):
             log.replies.append(reply)

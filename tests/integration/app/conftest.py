@@ -75,7 +75,9 @@ def app(demo_repo_master, tmp_path_factory):
     args = {
         "repository": str(repo), "environment": "test", "routes": ROUTES, "api_key": API_KEY,
         "poll_interval_s": 0.3, "default_deadline_ms": 5000,
-        "cache": {"redis_url": redis.url if redis else None, "redis_timeout_s": 0.05},
+        # A killed server refuses connections at once; the timeout only has to outlast a busy
+        # 2-core machine, so a slow answer is not mistaken for an outage.
+        "cache": {"redis_url": redis.url if redis else None, "redis_timeout_s": 0.5},
         "alerting": _alerting(receiver.url("/alerts")), "alert_eval_interval_s": 0.5,
         "call_log": {"path": str(call_log)},
         # The CPU pool as its own deployment (as with GPUs), so tests see the two-hop path, the
