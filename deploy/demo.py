@@ -18,14 +18,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import yaml
 from torch import nn
 
-from deploy import demo_models
 from deploy.demo_data import Split, load_splits
+from pool.loader import resolve_callable
 
 __all__ = ["DemoSpec", "demo_specs", "build_demo_repository", "DEFAULT_REPO"]
 
@@ -75,17 +75,11 @@ def demo_specs() -> list[DemoSpec]:
     return specs
 
 
-def _factory(path: str) -> Callable[..., nn.Module]:
-    module, _, fn = path.partition(":")
-    assert module == "deploy.demo_models", path
-    return getattr(demo_models, fn)
-
-
 def _build_module(spec: DemoSpec, split: Split) -> nn.Module:
     kwargs = dict(spec.kwargs)
     if spec.factory.endswith(":tabular_mlp"):
         kwargs.update(in_features=split.n_features, out_features=split.n_classes)
-    return _factory(spec.factory)(**kwargs)
+    return resolve_callable(spec.factory)(**kwargs)
 
 
 def _train(spec: DemoSpec, split: Split, seed: int) -> tuple[nn.Module, float]:

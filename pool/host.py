@@ -109,9 +109,7 @@ class ModelHost:
         for name, entry in snap.models.items():
             if entry.config is None or name in self._unloaded or not self._accepts(entry.config):
                 continue
-            if name in self._configs and self._configs[name] != entry.config:
-                # A changed config applies to versions loaded from now on; live ones keep theirs.
-                pass
+            # A changed config applies to versions loaded from now on; live ones keep theirs.
             self._configs[name] = entry.config
             wanted[name] = {v.version: (v.path, v.signature) for v in entry.versions}
         # Unload what vanished or was unloaded.

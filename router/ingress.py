@@ -16,20 +16,21 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from fallbacks import BreakerRegistry, CallerQuotas, StateTransition
+from fallbacks import BreakerRegistry, BreakerState, CallerQuotas, StateTransition
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
 from router.cache import ResultCache
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
+from router.dispatch import PoolDispatcher
 from router.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
 from router.http import build_http_app
 from router.pipeline import Pipeline, PipelineConfig
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
-from router._private.pools import LocalPool, PoolDispatcher, RemotePool
+from router._private.pools import LocalPool, RemotePool
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 
 __all__ = ["Ingress"]
@@ -124,7 +125,7 @@ class Ingress:
                     at=time.time(), models=self.counters.snapshot(),
                     open_breakers=frozenset(f"{m}@{p}" for (m, p), st in
                                             self.breakers.states().items()
-                                            if str(getattr(st, "value", st)).upper() == "OPEN"),
+                                            if st is BreakerState.OPEN),
                     failed_models=failed,
                     device_memory_used={
                         f"{pool}:{st.device}": 1 - st.memory_free_bytes / st.memory_total_bytes
@@ -144,7 +145,7 @@ class Ingress:
     def _on_breaker(self, t: StateTransition) -> None:
         model, pool = t.key
         self.telemetry.set_breaker_state(model=model, pool=pool,
-                                         state=str(getattr(t.to_state, "value", t.to_state)).lower())
+                                         state=t.to_state.value.lower())
         log.warning("breaker %s@%s: %s -> %s", model, pool, t.from_state, t.to_state)
 
     def _on_cache_event(self, kind: str, detail: dict) -> None:
@@ -178,7 +179,7 @@ class Ingress:
                 out["pools"][name] = await pool.status()
             except Exception as e:
                 out["pools"][name] = {"error": f"{type(e).__name__}: {e}"}
-        out["breakers"] = {f"{m}@{p}": str(getattr(st, "value", st)).lower()
+        out["breakers"] = {f"{m}@{p}": st.value.lower()
                            for (m, p), st in self.breakers.states().items()}
         out["cache"] = {"counters": self.cache.counters(),
                         "redis_available": self.cache.redis_available}

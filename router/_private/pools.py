@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pool.service import PoolService
-from pool.wire import PoolReply, work_request
+from pool.wire import PoolReply
 
-__all__ = ["RemotePool", "LocalPool", "PoolDispatcher"]
+__all__ = ["RemotePool", "LocalPool"]
 
 
 class RemotePool:
@@ -52,15 +52,3 @@ class LocalPool:
 
     async def sync(self) -> None:
         await self.service.sync()
-
-
-class PoolDispatcher:
-    """``router.dispatch.Dispatcher`` over pool clients keyed by pool name."""
-
-    def __init__(self, pools: dict[str, RemotePool | LocalPool]) -> None:
-        self._pools = pools
-        self.pools = tuple(pools)
-
-    async def dispatch(self, pool, model, version, inputs, *, priority, timeout_s) -> PoolReply:
-        return await self._pools[pool].infer(
-            work_request(model, version, inputs, priority, timeout_s))
