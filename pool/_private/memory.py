@@ -80,6 +80,9 @@ class MemoryManager:
     def resident_keys(self) -> list[str]:
         return list(self._resident)
 
+    def pinned_keys(self) -> list[str]:
+        return list(self._pinned)
+
     # -- state changes ----------------------------------------------------------------------
     def touch(self, key: str) -> None:
         if key in self._resident:

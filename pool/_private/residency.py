@@ -26,7 +26,7 @@ from pool._private.memory import MemoryManager
 from pool._private.weights import PackedModel, bind, pack
 from pool.device import DeviceSpec
 
-__all__ = ["Residency", "SwapStats", "memory_for"]
+__all__ = ["Residency", "SwapIn", "SwapStats", "memory_for"]
 
 
 def memory_for(device: DeviceSpec) -> DeviceMemory:
@@ -46,6 +46,22 @@ class SwapStats:
     swap_outs: int = 0
     disk_loads: int = 0
     disk_load_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SwapIn:
+    """A swap-in whose device region is reserved and whose copy is still to run.
+
+    Made by :meth:`Residency.reserve` on the event loop; :meth:`Residency.copy` runs in the
+    device thread (the worker runs it in the same call as the forward pass, so a swapped-in
+    request costs one thread hop, not two); :meth:`Residency.swapped` or :meth:`Residency.abort`
+    closes it on the loop. The model stays pinned in between.
+    """
+
+    key: str
+    packed: PackedModel
+    dst: torch.Tensor | None  # None: no device copy (host memory is the device)
+    reserved_s: float  # seconds spent choosing victims and reserving the region
 
 
 @dataclass(slots=True)
@@ -148,35 +164,93 @@ class Residency:
         task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return await asyncio.shield(task)
 
-    async def _swap_in(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
+    def can_reserve(self, key: str) -> bool:
+        """True when ``key`` needs no await to become resident: it already is, or its host copy
+        is there and no other swap of it is in flight (then :meth:`reserve` does the rest)."""
+        return key not in self._inflight and (
+            self.memory.is_resident(key) or self._models[key].packed is not None)
+
+    def reserve(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> SwapIn | None:
+        """The synchronous half of a swap-in from the host tier: evict, reserve the region, pin.
+
+        Returns None when ``key`` is already resident. Raises DeviceOutOfMemory when it cannot be
+        made to fit. Only valid when :meth:`can_reserve` is true.
+        """
+        if self.memory.is_resident(key):
+            self.memory.touch(key)
+            self.host.touch(key)
+            return None
+        assert self.can_reserve(key), f"{key} needs a disk load or is being swapped in: ensure()"
+        return self._reserve(key, priority, queued)
+
+    def _reserve(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> SwapIn:
         m = self._models[key]
+        assert m.packed is not None
         start = time.perf_counter()
         self.memory.pin(key)
         try:
-            if m.packed is None:  # the host tier dropped it: back from disk
-                packed, load_s = await self.load(m.loader)
-                m.packed, m.load_s, m.nbytes = packed, load_s, packed.nbytes
-                self.stats.disk_loads += 1
-                self.stats.disk_load_s += load_s
-                self._host_add(key)
-            copy_start = time.perf_counter()
             region = self.memory.admit(
                 key, m.nbytes, priority=min(priority, m.priority),
                 reload_cost_s=self.swap_cost_s(key), queued=queued, evict=self.swap_out,
             )
-            if region.tensor is not None:
-                await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._copy_in, m.packed, region.tensor)
-            copied = time.perf_counter() - copy_start
-        finally:
+        except BaseException:
             self.memory.unpin(key)
-        if region.tensor is not None and copied > 0:
-            self._bandwidth = 0.7 * self._bandwidth + 0.3 * (m.nbytes / copied)
-        elapsed = time.perf_counter() - start
+            raise
+        self.host.touch(key)
+        return SwapIn(key, m.packed, region.tensor, time.perf_counter() - start)
+
+    def copy_cost_s(self, swap: SwapIn) -> float:
+        """Estimated seconds of :meth:`copy` (measured bandwidth)."""
+        return 0.0 if swap.dst is None else swap.packed.nbytes / self._bandwidth
+
+    def copy(self, swap: SwapIn) -> float:
+        """Fill the reserved region and re-point the module at it; seconds taken. Device thread."""
+        if swap.dst is None:
+            return 0.0
+        start = time.perf_counter()
+        self._copy_in(swap.packed, swap.dst)
+        return time.perf_counter() - start
+
+    def swapped(self, swap: SwapIn, copy_s: float) -> float:
+        """Record a finished swap-in and unpin; returns its seconds (reservation + copy)."""
+        self.memory.unpin(swap.key)
+        if swap.dst is not None and copy_s > 0:
+            self._bandwidth = 0.7 * self._bandwidth + 0.3 * (swap.packed.nbytes / copy_s)
+        elapsed = swap.reserved_s + copy_s
         self.stats.swaps += 1
-        self.stats.swap_bytes += m.nbytes
+        self.stats.swap_bytes += swap.packed.nbytes
         self.stats.swap_s += elapsed
         return elapsed
+
+    def abort(self, swap: SwapIn) -> None:
+        """The copy did not happen (or failed): give the region back, keep the host copy."""
+        self.memory.unpin(swap.key)
+        if self.memory.is_resident(swap.key):
+            self.swap_out(swap.key)
+            self.memory.release(swap.key)
+
+    async def _swap_in(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
+        m = self._models[key]
+        start = time.perf_counter()
+        if m.packed is None:  # the host tier dropped it: back from disk
+            self.memory.pin(key)
+            try:
+                packed, load_s = await self.load(m.loader)
+            finally:
+                self.memory.unpin(key)
+            m.packed, m.load_s, m.nbytes = packed, load_s, packed.nbytes
+            self.stats.disk_loads += 1
+            self.stats.disk_load_s += load_s
+            self._host_add(key)
+        swap = self._reserve(key, priority, queued)
+        try:
+            copy_s = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.copy, swap)
+        except BaseException:
+            self.abort(swap)
+            raise
+        self.swapped(swap, copy_s)
+        return time.perf_counter() - start
 
     def _copy_in(self, packed: PackedModel, dst: torch.Tensor) -> None:
         assert packed.host is not None
@@ -218,7 +292,9 @@ class Residency:
                 d.packed = None
 
     def _host_protected(self) -> list[str]:
-        return self.memory.resident_keys() if self._host_is_device() else []
+        # A pinned model may have a copy from its host buffer pending: never drop that buffer.
+        pinned = self.memory.pinned_keys()
+        return [*self.memory.resident_keys(), *pinned] if self._host_is_device() else pinned
 
     def _host_is_device(self) -> bool:
         return isinstance(self.memory.memory, HostMemory)
