@@ -24,7 +24,8 @@ class PoolDeployment:
         await self.service.start()
 
     async def infer(self, work: dict[str, Any]):
-        return await self.service.infer(work)
+        """A ``PoolReply``, or a ``PoolRefusal`` (callers: ``pool.wire.unwrap``)."""
+        return await self.service.infer_or_refusal(work)
 
     async def index(self):
         return self.service.index()

@@ -20,7 +20,7 @@ from pool.control import ControlFile
 from pool.device import DeviceSpec
 from pool.host import ModelHost, ModelIndexEntry
 from pool.repository import ModelRepository
-from pool.wire import PoolReply, run_work
+from pool.wire import PoolRefusal, PoolReply, run_work, run_work_or_refusal
 
 __all__ = ["PoolService", "cpu_threads_per_replica"]
 
@@ -64,7 +64,12 @@ class PoolService:
                 log.exception("repository sync failed")
 
     async def infer(self, work: dict[str, Any]) -> PoolReply:
+        """Run ``work``; raises RequestExpired, DeviceOutOfMemory, ModelNotLoaded, QueueFull."""
         return await run_work(self.host, self.pool, work)
+
+    async def infer_or_refusal(self, work: dict[str, Any]) -> PoolReply | PoolRefusal:
+        """:meth:`infer` with the expected refusals returned as values (across a handle)."""
+        return await run_work_or_refusal(self.host, self.pool, work)
 
     def index(self) -> dict[str, ModelIndexEntry]:
         return self.host.index()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pool.service import PoolService
-from pool.wire import PoolReply
+from pool.wire import PoolReply, unwrap
 
 __all__ = ["RemotePool", "LocalPool"]
 
@@ -17,7 +17,7 @@ class RemotePool:
         self._h = handle
 
     async def infer(self, work: dict[str, Any]) -> PoolReply:
-        return await self._h.infer.remote(work)
+        return unwrap(await self._h.infer.remote(work))
 
     async def index(self):
         return await self._h.index.remote()
