@@ -51,8 +51,11 @@ class Ingress:
         self._pools: dict[str, RemotePool | LocalPool] = {n: RemotePool(h) for n, h in pools.items()}
         self._local: PoolService | None = None
         if s.cpu_pool.placement == "ingress":
+            # inline_ms 0: the ingress's loop must stay responsive (deadlines, fallbacks) even
+            # while a model runs or hangs, so every chunk goes to the device thread.
             self._local = PoolService(
-                "cpu", s.repository, s.resolved_state_dir(), cpu_device(s.cpu_pool),
+                "cpu", s.repository, s.resolved_state_dir(),
+                {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
                 poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas)
             await self._local.start()
             self._pools["cpu"] = LocalPool(self._local)

@@ -35,6 +35,10 @@ class PoolSettings(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch threads; default cores/replicas.")
     slice_ms: float = Field(50.0, gt=0, description="Time slice when the working set overflows.")
     chunk_size: int = Field(256, ge=1, description="Max rows per chunk of a low-priority batch.")
+    inline_ms: float = Field(
+        3.0, ge=0, description="CPU devices: chunks estimated at most this long run on the "
+                               "pool's event loop instead of a device thread (no thread hop); 0 "
+                               "= never. Not used on CUDA, nor by the ingress's in-process pool.")
 
 
 class CpuPoolSettings(PoolSettings):
@@ -122,6 +126,7 @@ def device_spec(kind: str, s: PoolSettings) -> dict[str, Any]:
         "slice_ms": s.slice_ms,
         "chunk_size": s.chunk_size,
         "threads": s.threads,
+        "inline_ms": s.inline_ms,
     }
 
 

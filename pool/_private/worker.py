@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import nn
@@ -30,7 +31,7 @@ from policies.scheduling import (
     get_scheduling_policy,
 )
 from pool._private.device_memory import DeviceMemory
-from pool._private.residency import Residency
+from pool._private.residency import Residency, SwapIn
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired
@@ -103,6 +104,8 @@ class _Pending:
 
 
 _INITIAL_ROW_S = 0.0005  # per-row cost assumed before a model's first run
+INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
+_INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
 
 
 @dataclass(slots=True)
@@ -113,6 +116,8 @@ class _Entry:
     measured_at: float | None = None  # clock time of the last measurement of ewma_row_s
     last_arrival: float | None = None
     ewma_gap_s: float = float("inf")  # inter-arrival time: does waiting for a batch pay?
+    thread_runs: int = 0  # chunks measured on the device thread
+    inline_ok: bool = True  # False for good once a chunk stalled (see DeviceSpec.inline_ms)
 
     def arrived(self, now: float) -> None:
         if self.last_arrival is not None:
@@ -155,6 +160,11 @@ class DeviceWorker:
         # device is used by one chunk at a time; torch's per-thread intra-op setting is made
         # there (a fresh thread otherwise defaults to all cores and oversubscribes them).
         threads = device.threads or torch.get_num_threads()
+        self._threads = threads
+        # Inline chunks (DeviceSpec.inline_ms) are a CPU-only shortcut: CUDA work stays on the
+        # device thread and its streams.
+        self._inline_s = device.inline_ms / 1e3 if device.kind == "cpu" else 0.0
+        self.inline_chunks = 0
         self._executor = ThreadPoolExecutor(
             1, thread_name_prefix=f"timeshare-{device.label}", initializer=torch.set_num_threads,
             initargs=(threads,))
@@ -290,6 +300,7 @@ class DeviceWorker:
             "preemptions": self.preemptions,
             "expired": self.expired,
             "chunks": self.chunks,
+            "inline_chunks": self.inline_chunks,
             "memory": {"used_bytes": mem.used_bytes, "free_bytes": mem.free_bytes,
                        "total_bytes": mem.capacity_bytes, "reserve_bytes": mem.reserve_bytes,
                        "host_used_bytes": self.tiers.host.used_bytes,
@@ -364,12 +375,15 @@ class DeviceWorker:
                 except asyncio.TimeoutError:
                     pass
                 continue
+            inline_before = self.inline_chunks
             try:
                 await self._step(decision)
             except Exception as e:  # noqa: BLE001 - contained: fail this chunk's requests, keep serving
                 for p in self._chosen(decision):
                     if not p.future.done():
                         p.future.set_exception(e)
+            if self.inline_chunks != inline_before:
+                await asyncio.sleep(0)  # an inline chunk never yielded: let arrivals in
 
     def _chosen(self, d: ScheduleDecision) -> list[_Pending]:
         entry = self._models.get(self._by_name.get(d.model or "", ModelKey("", "")))
@@ -403,8 +417,14 @@ class DeviceWorker:
             self.preemptions += 1
         self._last = d.model
         queued = self._queued_classes()
+        swap: SwapIn | None = None
+        swap_s = 0.0
         try:
-            swap_s = await self.tiers.ensure(d.model, d.priority, queued)
+            if self.tiers.can_reserve(d.model):
+                # From the host tier: evict and reserve now, copy in the chunk's device call.
+                swap = self.tiers.reserve(d.model, d.priority, queued)
+            else:  # a disk load, or a swap of this model already in flight (add_model)
+                swap_s = await self.tiers.ensure(d.model, d.priority, queued)
         except DeviceOutOfMemory as e:
             for p in entry.queue:
                 if not p.future.done():
@@ -414,12 +434,12 @@ class DeviceWorker:
         if d.model != self._current:
             self._current = d.model
             self._slice_start = self._clock()
-        if key not in self._models:
-            return  # removed while swapping in
-        parts = self._take_rows(self._chosen(d), d.chunk_rows)
-        if not parts:
+        parts = self._take_rows(self._chosen(d), d.chunk_rows) if key in self._models else []
+        if not parts:  # removed while swapping in, or every chosen request was cancelled
+            if swap is not None:
+                self.tiers.abort(swap)
             return
-        await self._run_chunk(d, entry, parts, swap_s)
+        await self._run_chunk(d, entry, parts, swap_s, swap)
 
     def _has_started(self, name: str) -> bool:
         key = self._by_name.get(name)
@@ -445,7 +465,8 @@ class DeviceWorker:
                 budget -= n
         return parts
 
-    async def _run_chunk(self, d, entry: _Entry, parts, swap_s: float) -> None:
+    async def _run_chunk(self, d, entry: _Entry, parts, swap_s: float,
+                         swap: SwapIn | None = None) -> None:
         name = d.model
         module = self.tiers.module(name)
         dev = self.device.torch_device
@@ -453,6 +474,8 @@ class DeviceWorker:
         rows = sum(n for _, _, n in parts)
         args = [torch.cat([p.inputs[nm][s : s + n] for p, s, n in parts]) for nm in names]
         stream = self._streams[d.priority] if self._streams else None
+        copy = partial(self.tiers.copy, swap) if swap is not None else None
+        inline = stream is None and self._runs_inline(entry, rows, swap)
         start = self._clock()
         for p, _, _ in parts:
             if p.first_start is None:
@@ -460,16 +483,26 @@ class DeviceWorker:
         with self.tiers.memory.running(name):
             t0 = time.perf_counter()
             try:
-                raw, device_s = await self._in_device_thread(_forward, module, args, dev, stream)
+                if inline:
+                    raw, device_s, copy_s = self._inline(_forward, module, args, dev, None, copy)
+                else:
+                    raw, device_s, copy_s = await self._in_device_thread(
+                        _forward, module, args, dev, stream, copy)
             except torch.cuda.OutOfMemoryError:
-                self.tiers.evict_idle(keep=name)  # evict and retry once, then give up
-                torch.cuda.empty_cache()
-                try:
-                    raw, device_s = await self._in_device_thread(
-                        _forward, module, args, dev, stream)
-                except torch.cuda.OutOfMemoryError as e:
-                    raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
-            compute_s = time.perf_counter() - t0
+                # Only the forward pass allocates (the copy's region was reserved beforehand), so
+                # the weights are in place: record the swap, then evict and retry once.
+                if swap is not None:
+                    swap_s += self.tiers.swapped(swap, 0.0)
+                    swap = None
+                raw, device_s = await self._retry_after_oom(name, module, args, dev, stream)
+                copy_s = 0.0
+            except BaseException:
+                if swap is not None:
+                    self.tiers.abort(swap)  # the weights may be half-copied: never run them
+                raise
+            if swap is not None:
+                swap_s += self.tiers.swapped(swap, copy_s)
+            compute_s = time.perf_counter() - t0 - copy_s
         self.chunks += 1
         self.tiers.memory.touch(name)
         outputs = _name_outputs(entry.config, raw)
@@ -477,6 +510,12 @@ class DeviceWorker:
         # hop and event-loop delays (which vary with load, not with rows) do not shrink chunks.
         # A stale estimate (a long-idle model, or one slowed by a past stall) is replaced whole.
         row_s = device_s / max(rows, 1)
+        if inline:
+            self.inline_chunks += 1
+        else:
+            entry.thread_runs += 1
+        if self._inline_s and device_s + copy_s > _INLINE_STALL * self._inline_s:
+            entry.inline_ok = False
         entry.ewma_row_s = row_s if self._stale(entry) else 0.8 * entry.ewma_row_s + 0.2 * row_s
         entry.measured_at = self._clock()
         offset = 0
@@ -491,6 +530,37 @@ class DeviceWorker:
                 self._finish(p)
         entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
 
+    def _runs_inline(self, entry: _Entry, rows: int, swap: SwapIn | None) -> bool:
+        """Run this chunk on the loop thread? (see DeviceSpec.inline_ms)"""
+        if not self._inline_s or not entry.inline_ok or entry.thread_runs < INLINE_AFTER_RUNS:
+            return False
+        estimate = rows * entry.ewma_row_s
+        if swap is not None:
+            estimate += self.tiers.copy_cost_s(swap)
+        return estimate <= self._inline_s
+
+    def _inline(self, fn, *args):
+        """Call ``fn`` on this thread with the device's torch thread count (per OS thread in
+        torch), restoring the caller's afterwards."""
+        prev = torch.get_num_threads()
+        if prev != self._threads:
+            torch.set_num_threads(self._threads)
+        try:
+            return fn(*args)
+        finally:
+            if prev != self._threads:
+                torch.set_num_threads(prev)
+
+    async def _retry_after_oom(self, name, module, args, dev, stream) -> tuple[object, float]:
+        """CUDA out of memory: evict every idle model and run the chunk once more."""
+        self.tiers.evict_idle(keep=name)
+        torch.cuda.empty_cache()
+        try:
+            raw, device_s, _ = await self._in_device_thread(_forward, module, args, dev, stream)
+        except torch.cuda.OutOfMemoryError as e:
+            raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
+        return raw, device_s
+
     def _finish(self, p: _Pending) -> None:
         if p.future.done():
             return
@@ -501,8 +571,11 @@ class DeviceWorker:
                                        p.batch, self.device.label))
 
 
-def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream) -> tuple[object, float]:
-    """Run one chunk; returns the CPU outputs and the seconds it took in this thread."""
+def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream,
+             copy: Callable[[], float] | None = None) -> tuple[object, float, float]:
+    """Run one chunk, after ``copy()`` (a pending swap-in's copy) when given; returns the CPU
+    outputs, the seconds the forward pass took in this thread, and the seconds of the copy."""
+    copy_s = copy() if copy is not None else 0.0
     t0 = time.perf_counter()
     with torch.inference_mode():
         if stream is None:
@@ -512,7 +585,7 @@ def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream) -> t
                 out = module(*[a.to(dev, non_blocking=True) for a in args])
                 out = _to_cpu(out)
             stream.synchronize()
-    return out, time.perf_counter() - t0
+    return out, time.perf_counter() - t0, copy_s
 
 
 def _to_cpu(raw):
@@ -530,6 +603,12 @@ def _class_streams(device: DeviceSpec) -> dict[Priority, torch.cuda.Stream]:
     return {cls: torch.cuda.Stream(device.torch_device, priority=lvl) for cls, lvl in levels.items()}
 
 
+# TorchScript's profiling executor profiles a module's first passes and optimises after them
+# (a 13.7 MB transformer encoder: ~250 ms, then ~200 ms, then 4 ms). The host tier keeps the
+# module object, so paying them once at load keeps them off every request, swaps included.
+_WARM_UP_PASSES = 2
+
+
 def _warm_up(module: nn.Module, config: ModelConfig) -> None:
     args = [
         torch.zeros((1, *[d if d > 0 else 1 for d in spec.shape]),
@@ -537,7 +616,8 @@ def _warm_up(module: nn.Module, config: ModelConfig) -> None:
         for spec in config.inputs
     ]
     with torch.inference_mode():
-        _name_outputs(config, module(*args))
+        for _ in range(_WARM_UP_PASSES):
+            _name_outputs(config, module(*args))
 
 
 def _name_outputs(config: ModelConfig, raw) -> dict[str, torch.Tensor]:

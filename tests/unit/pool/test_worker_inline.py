@@ -1,0 +1,104 @@
+"""Small CPU chunks run on the worker's loop thread (no thread hop), under the rules of
+``DeviceSpec.inline_ms``: measured on the device thread first, never again after a stall."""
+
+import threading
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker, ModelKey
+from pool.device import DeviceSpec
+from tests.unit.pool.test_worker_cpu import config
+
+KEY = ModelKey("probe", "1")
+
+
+class Probe(nn.Module):
+    """Records the thread and torch thread count of every forward; can stall on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(16, 4)
+        self.seen: list[tuple[str, int]] = []
+        self.stall_s = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append((threading.current_thread().name, torch.get_num_threads()))
+        if self.stall_s:
+            time.sleep(self.stall_s)
+        return self.lin(x)
+
+
+@pytest.fixture
+async def probe_worker():
+    made = []
+
+    async def _make(inline_ms: float, threads: int = 1):
+        w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=1 << 20, threads=threads,
+                                    inline_ms=inline_ms))
+        probe = Probe()
+        await w.add_model(KEY, config("probe"), lambda: probe)
+        probe.seen.clear()  # warm-up passes
+        made.append(w)
+        return w, probe
+
+    yield _make
+    for w in made:
+        await w.close()
+
+
+def _on_device_thread(seen) -> list[bool]:
+    return [name.startswith("timeshare-") for name, _ in seen]
+
+
+async def test_a_small_model_runs_inline_after_its_measured_thread_runs(probe_worker):
+    w, probe = await probe_worker(inline_ms=50.0)
+    x = torch.randn(2, 16)
+    for _ in range(INLINE_AFTER_RUNS + 4):
+        r = await w.infer(KEY, {"x": x})
+        assert torch.equal(r.outputs["y"], probe.lin(x).detach())
+    assert _on_device_thread(probe.seen) == [True] * INLINE_AFTER_RUNS + [False] * 4
+    assert w.status()["inline_chunks"] == 4
+
+
+async def test_a_stalling_model_never_runs_inline_again(probe_worker):
+    w, probe = await probe_worker(inline_ms=5.0)  # a stall is a chunk over 50 ms
+    x = torch.randn(1, 16)
+    for _ in range(INLINE_AFTER_RUNS + 1):
+        await w.infer(KEY, {"x": x})
+    assert _on_device_thread(probe.seen)[-1] is False  # qualified, ran inline
+    probe.stall_s = 0.08
+    await w.infer(KEY, {"x": x})  # stalls once inline
+    probe.stall_s = 0.0
+    probe.seen.clear()
+    for _ in range(30):  # long enough for the cost estimate to fall back under 5 ms
+        await w.infer(KEY, {"x": x})
+    assert w._models[KEY].ewma_row_s < 0.005
+    assert all(_on_device_thread(probe.seen))  # disqualified for good
+
+
+async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
+    w, probe = await probe_worker(inline_ms=0.0)
+    for _ in range(INLINE_AFTER_RUNS + 3):
+        await w.infer(KEY, {"x": torch.randn(1, 16)})
+    assert all(_on_device_thread(probe.seen)) and w.status()["inline_chunks"] == 0
+
+    w2, probe2 = await probe_worker(inline_ms=50.0, threads=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for _ in range(INLINE_AFTER_RUNS + 2):
+            await w2.infer(KEY, {"x": torch.randn(1, 16)})
+        assert torch.get_num_threads() == 2  # the loop thread's own setting is untouched
+    finally:
+        torch.set_num_threads(before)
+    inline = [n for (name, n) in probe2.seen if not name.startswith("timeshare-")]
+    assert inline == [1, 1]  # inline chunks ran with the device's thread count
+
+
+def test_negative_inline_ms_is_rejected():
+    with pytest.raises(ValueError, match="inline_ms must be >= 0, got -1"):
+        DeviceSpec(kind="cpu", memory_budget_bytes=1024, inline_ms=-1)
