@@ -69,9 +69,16 @@ class RedisTier:
         )
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T | _Bypass:
+        probe = not self.availability.up
         if not self.availability.admit():
             return BYPASS
         try:
+            if probe:
+                # Idle pooled connections may still be attached to the server that went away
+                # (a restarted Redis closes them only on first use): the probe and every call
+                # after it use connections opened after the outage, so a restart is one outage
+                # and one recovery, not a recovery followed by a failure per stale connection.
+                await self._client.connection_pool.disconnect(inuse_connections=False)
             if _HAS_TIMEOUT:
                 async with asyncio.timeout(self._timeout):
                     result = await op()

@@ -144,8 +144,9 @@ async def test_redis_killed_mid_run_then_restarted(own_redis, key_prefix):
             redis_backoff_s=0.1,
             redis_backoff_max_s=0.2,
         ),
-        on_event=lambda kind, detail: events.append(kind),
+        on_event=lambda kind, detail: (events.append(kind), details.append((kind, detail))),
     )
+    details: list[tuple[str, dict]] = []
     outcomes: list[str] = []
     failures: list[BaseException] = []
     stop = asyncio.Event()
@@ -187,7 +188,7 @@ async def test_redis_killed_mid_run_then_restarted(own_redis, key_prefix):
         await asyncio.gather(*workers)
         await cache.close()
     assert failures == []
-    assert events.count("redis_cache_unavailable") == 1
-    assert events.count("redis_cache_recovered") == 1
+    assert events.count("redis_cache_unavailable") == 1, details
+    assert events.count("redis_cache_recovered") == 1, details
     assert set(outcomes[back_at:]) <= {"redis", "miss", "bypass"}
     assert cache.counters()["redis.bypass"] >= 20
