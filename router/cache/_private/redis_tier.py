@@ -69,11 +69,10 @@ class RedisTier:
         )
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T | _Bypass:
-        probe = not self.availability.up
         if not self.availability.admit():
             return BYPASS
         try:
-            if probe:
+            if not self.availability.up:  # admitted while down: this call is the probe
                 # Idle pooled connections may still be attached to the server that went away
                 # (a restarted Redis closes them only on first use): the probe and every call
                 # after it use connections opened after the outage, so a restart is one outage
