@@ -85,6 +85,9 @@ def test_invalid_yaml_and_name_mismatch(demo_repo):
 def test_version_still_being_written_is_not_listed(demo_repo):
     clock = [time.time()]
     shutil.copytree(demo_repo / "digits-small" / "1", demo_repo / "digits-small" / "2")
+    # version 1 was written long ago (the session's demo repository may be seconds old when this
+    # runs first), version 2 just now
+    os.utime(demo_repo / "digits-small" / "1" / "model.pt", (clock[0] - 60, clock[0] - 60))
     os.utime(demo_repo / "digits-small" / "2" / "model.pt", (clock[0], clock[0]))
     repo = ModelRepository(demo_repo, settle_s=5, clock=lambda: clock[0])
     assert [v.version for v in repo.scan().entry("digits-small").versions] == ["1"]
