@@ -20,7 +20,7 @@ def class_streams(device: str) -> dict[Priority, torch.cuda.Stream]:
     ``torch.cuda.Stream.priority_range()`` is (least, most) urgent, e.g. (0, -5): a lower number
     is more urgent. Batch and background share the least urgent level.
     """
-    low, high = torch.cuda.Stream.priority_range()
+    low, high = torch.cuda.Stream.priority_range()  # type: ignore[call-arg]
     levels = {Priority.REALTIME: high, Priority.INTERACTIVE: (low + high) // 2,
               Priority.BATCH: low, Priority.BACKGROUND: low}
     return {cls: torch.cuda.Stream(device, priority=lvl) for cls, lvl in levels.items()}

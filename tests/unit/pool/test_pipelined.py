@@ -2,6 +2,7 @@
 model's (the copy thread really races the forward pass)."""
 
 import asyncio
+import itertools
 
 import pytest
 import torch
@@ -27,7 +28,7 @@ def test_groups_cover_the_buffer_small_first_then_growing():
     packed = pack(_net(0))
     groups = plan_groups(packed, first_bytes=LAYER_BYTES, growth=2.0)
     assert groups[0].start == 0 and groups[-1].end == packed.nbytes
-    assert all(a.end == b.start for a, b in zip(groups, groups[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(groups))
     assert [g.last_slot - g.first_slot for g in groups] == [1, 2, 4, 8, 16, 1]
     assert groups[0].nbytes == LAYER_BYTES
     with pytest.raises(ValueError, match="first_bytes"):
