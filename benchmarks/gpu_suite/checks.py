@@ -86,6 +86,7 @@ async def copy_stream_event(env: Env) -> dict:
     stream.synchronize()
     copy_s = tiers.swapped(swap, host_s) - swap.reserved_s
     fresh = copy.deepcopy(cpu_model).to(env.device)
+    env.sync()  # .to() ran on the default stream; the compute stream does not wait for it
     with torch.inference_mode(), torch.cuda.stream(stream):
         ref = fresh(x)
     stream.synchronize()
@@ -112,6 +113,7 @@ async def swapped_equals_fresh(env: Env) -> dict:
         for s in (0, 1, 0, 1, 0):  # every call swaps the other one out
             r = await w.infer(ModelKey(f"m{s}", "1"), {"x": x})
         fresh = copy.deepcopy(models[0]).to(env.device)
+        env.sync()  # .to() ran on the default stream; the compute stream does not wait for it
         with torch.inference_mode():
             if w.tiers.compute_streams is not None:
                 stream = w.tiers.compute_streams[I]
@@ -166,7 +168,7 @@ async def nvml_capacity(env: Env) -> dict:
         props = torch.cuda.get_device_properties(0)
         try:
             h = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{props.uuid}")
-        except pynvml.NVMLError:
+        except Exception:  # noqa: BLE001 - UUID lookup unsupported: the first device
             h = pynvml.nvmlDeviceGetHandleByIndex(0)
         info = pynvml.nvmlDeviceGetMemoryInfo(h)
         free_t, total_t = torch.cuda.mem_get_info(0)

@@ -131,6 +131,7 @@ async def no_leak(env: Env) -> dict:
 def _usage(env: Env, w: DeviceWorker) -> list[int]:
     if env.cuda:
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # also frees blocks still waiting on copy-stream events
         return [torch.cuda.memory_allocated(0), w.tiers.memory.used_bytes]
     arena = w.tiers.memory.memory
     assert isinstance(arena, ArenaMemory)

@@ -86,6 +86,7 @@ async def run_pipelined(env: Env) -> dict:
         packed, load_s = await tiers.load(lambda m=m: m)
         tiers.register(str(i), lambda m=m: copy.deepcopy(m), I, packed, load_s)
     x = torch.randn(rows, width, device=env.device)
+    env.sync()  # made on the default stream; the compute stream does not wait for it
     layer_bytes = width * width * 4
     await tiers.ensure("1", I, {})
     seq, pipe, first, equal, groups = [], [], [], True, 0
