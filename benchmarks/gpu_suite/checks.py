@@ -45,8 +45,14 @@ async def host_tier_pinned(env: Env) -> dict:
     await tiers.ensure("m", I, {})
     tiers.swap_out("m")  # back on the host buffer: still the pinned one
     pinned = packed.host is not None and packed.host.is_pinned()
+    try:  # what the pinned (caching host) allocator holds, where this torch reports it
+        held = torch.cuda.host_memory_stats().get("allocated_bytes.current")
+    except Exception:  # noqa: BLE001 - informative only
+        held = None
     return check(pinned, "the packed host buffer is page-locked (pinned) memory" if pinned
-                 else "host buffer is pageable: swap-in copies would be staged and synchronous")
+                 else "host buffer is pageable: swap-in copies would be staged and synchronous",
+                 packed_bytes=packed.nbytes, host_tier_counts=tiers.host.used_bytes,
+                 pinned_allocator_bytes=held)
 
 
 async def copy_stream_event(env: Env) -> dict:

@@ -344,7 +344,8 @@ class Residency:
 
     def _host_add(self, key: str) -> None:
         m = self._models[key]
-        for dropped in self.host.add(key, m.nbytes, protect=self._host_protected()):
+        held = _pinned_bytes(m.nbytes) if self._cuda else m.nbytes
+        for dropped in self.host.add(key, held, protect=self._host_protected()):
             d = self._models.get(dropped)
             if d is None or d.packed is None:
                 continue
@@ -362,3 +363,9 @@ class Residency:
 
     def _host_is_device(self) -> bool:
         return isinstance(self.memory.memory, HostMemory)
+
+
+def _pinned_bytes(nbytes: int) -> int:
+    """Page-locked bytes a pinned buffer of ``nbytes`` holds: PyTorch's caching host allocator
+    rounds each allocation up to a power of two, so the host tier counts that, not ``nbytes``."""
+    return 1 << max(0, nbytes - 1).bit_length()
