@@ -24,7 +24,7 @@ from torch import nn
 from benchmarks.gpu_suite._env import pct
 from pool.errors import RequestExpired
 
-__all__ = ["CountLru", "drive", "from_disk", "from_host", "make_trace", "summarize"]
+__all__ = ["CountLru", "Loader", "drive", "from_disk", "from_host", "make_trace", "summarize"]
 
 Loader = Callable[[int], nn.Module]
 
