@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from dataclasses import dataclass
@@ -39,8 +40,6 @@ class Env:
             torch.cuda.synchronize()
 
     def free_cache(self) -> None:
-        import gc
-
         gc.collect()
         if self.cuda:
             torch.cuda.synchronize()

@@ -89,14 +89,16 @@ async def run_pipelined(env: Env) -> dict:
     env.sync()  # made on the default stream; the compute stream does not wait for it
     layer_bytes = width * width * 4
     await tiers.ensure("1", I, {})
-    seq, pipe, first, equal, groups = [], [], [], True, 0
+    seq, pipe, first, groups = [], [], [], 0
+    close, bitwise = True, True
     for r in range(rounds + 1):  # round 0 warms both paths up and is not counted
         e2e_s, y_s = swap_then_run(env, tiers, "0", x)
         tiers.swap_out("0")  # the other model comes back for the pipelined arm's swap
         tiers.memory.release("0")
         await tiers.ensure("1", I, {})
         e2e_p, first_p, groups, y_p = pipelined(env, tiers, "0", x, layer_bytes)
-        equal = equal and torch.equal(y_s, y_p)
+        close = close and torch.allclose(y_s, y_p, rtol=1e-5, atol=1e-5)
+        bitwise = bitwise and torch.equal(y_s, y_p)
         tiers.swap_out("0")
         tiers.memory.release("0")
         await tiers.ensure("1", I, {})
@@ -112,5 +114,5 @@ async def run_pipelined(env: Env) -> dict:
         "pipelined_first_request_ms": round(med(pipe) * 1e3, 3),
         "swap_then_run_first_request_ms": round(med(seq) * 1e3, 3),
         "pipelined_speedup": round(med(seq) / med(pipe), 3),
-        "outputs_equal": equal,
+        "outputs_equal": close, "outputs_bitwise_equal": bitwise,
     }
