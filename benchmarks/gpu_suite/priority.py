@@ -14,7 +14,7 @@ def _argv(env: Env) -> list[str]:
     if env.cuda:
         return ["--device", "cuda", "--seconds", "3", "--rounds", "2", "--rt-rate", "100",
                 "--bg-clients", "4", "--bg-rows", "8192", "--chunk", "8192",
-                "--bg-hidden", "2048", "--bg-depth", "4", "--chunk-ms", "1", "--threads", "4"]
+                "--bg-hidden", "2048", "--bg-depth", "4", "--chunk-ms", "1"]
     if env.quick:
         return ["--seconds", "0.5", "--rounds", "1", "--rt-rate", "40", "--bg-clients", "2",
                 "--bg-rows", "256"]
