@@ -64,12 +64,12 @@ def _policy(args, scheduler: str):
 async def _phase(args, scheduler: str, rt: bool, bg: bool) -> dict:
     """One phase: a fresh worker, warm-up, then load for ``args.seconds``; raw samples back."""
     worker = DeviceWorker(
-        DeviceSpec(kind="cpu", memory_budget_bytes=256 << 20, chunk_size=args.chunk),
+        DeviceSpec(kind=args.device, memory_budget_bytes=256 << 20, chunk_size=args.chunk),
         scheduler=_policy(args, scheduler),
     )
     await worker.add_model(RT, _config("realtime-model", 8, 0.0), lambda: _mlp(1024, 2, 1))
     await worker.add_model(BG, _config("background-model", args.bg_rows, 0.0),
-                           lambda: _mlp(256, 1, 2))
+                           lambda: _mlp(args.bg_hidden, args.bg_depth, 2))
     rt_x, bg_x = torch.randn(1, WIDTH), torch.randn(args.bg_rows, WIDTH)
     for _ in range(20):  # warm-up both models (and their cost-per-row estimates)
         await worker.infer(RT, {"x": rt_x}, priority=Priority.REALTIME)
@@ -153,7 +153,8 @@ async def run(args) -> dict:
     unchunked = res["background_alone_unchunked"]["bg_rows_per_s"]
     return {
         "benchmark": "priority",
-        "device": "cpu (budget arena)",
+        "device": ("cpu (budget arena)" if args.device == "cpu"
+                   else torch.cuda.get_device_name(0)),
         "threads": torch.get_num_threads(),
         "rounds": args.rounds,
         "seconds_per_phase_per_round": args.seconds,
@@ -174,7 +175,8 @@ async def run(args) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parser() -> argparse.ArgumentParser:
+    """The benchmark's options (the GPU suite builds its arguments from it too)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="also write the JSON object to this file")
     ap.add_argument("--seconds", type=float, default=2.0,
@@ -188,7 +190,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunk-ms", type=float, default=2.0,
                     help="estimated work per chunk of non-realtime batches (the preemption bound)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    args = ap.parse_args(argv)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--bg-hidden", type=int, default=256, help="background model's width")
+    ap.add_argument("--bg-depth", type=int, default=1, help="background model's hidden layers")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     out = asyncio.run(run(args))
     return emit(out, args.json)

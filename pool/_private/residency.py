@@ -1,8 +1,12 @@
 """Tiers of one device: disk -> host (pinned on CUDA) -> device, and the swaps between them.
 
-Swap-in copies the host buffer into a device region (on CUDA a non-blocking copy on a separate
-copy stream, waited on off the event loop) and re-points the module at it; nothing is re-read
-from disk while the host tier holds the model. Swap-out re-points the module at its host buffer
+Swap-in copies the host buffer into a device region and re-points the module at it; nothing is
+re-read from disk while the host tier holds the model. On CUDA the copy is non-blocking on a
+separate copy stream and ends with an event that every compute stream waits on, so the forward
+pass queued after it is ordered on the device and the host does not wait (``ensure`` alone waits
+for the event: its contract is "copied when it returns"). The pipelined variant
+(:meth:`Residency.copy_pipelined`) copies layer group by layer group so the first layers can
+run while later ones still copy. Swap-out re-points the module at its host buffer
 and frees the region; nothing is copied back (inference weights do not change). When the host
 tier drops a model, its next swap-in calls the loader again (a disk load).
 """
@@ -23,6 +27,8 @@ from policies.priority import Priority
 from pool._private.device_memory import ArenaMemory, CudaMemory, DeviceMemory, HostMemory
 from pool._private.host_tier import HostTier
 from pool._private.memory import MemoryManager
+from pool._private.pipelined import PipelinedCopy, plan_groups
+from pool._private.streams import class_streams
 from pool._private.weights import PackedModel, bind, pack
 from pool.device import DeviceSpec
 
@@ -62,6 +68,8 @@ class SwapIn:
     packed: PackedModel
     dst: torch.Tensor | None  # None: no device copy (host memory is the device)
     reserved_s: float  # seconds spent choosing victims and reserving the region
+    # CUDA: (begin, done) events of the enqueued copy; its device time is read from them.
+    events: list = field(default_factory=list, compare=False)
 
 
 @dataclass(slots=True)
@@ -97,6 +105,8 @@ class Residency:
         self.stats = SwapStats()
         self._models: dict[str, _Tiered] = {}
         self._copy_stream = torch.cuda.Stream(device.torch_device) if self._cuda else None
+        # The worker runs chunks on these; each swap-in's copy event is waited on by all of them.
+        self.compute_streams = class_streams(device.torch_device) if self._cuda else None
         self._bandwidth = 2e9  # bytes/s, refined by measured swaps (EWMA)
         self._inflight: dict[str, asyncio.Future] = {}
 
@@ -204,16 +214,37 @@ class Residency:
         return 0.0 if swap.dst is None else swap.packed.nbytes / self._bandwidth
 
     def copy(self, swap: SwapIn) -> float:
-        """Fill the reserved region and re-point the module at it; seconds taken. Device thread."""
+        """Fill the reserved region and re-point the module at it; host seconds. Device thread.
+
+        On CUDA this only enqueues the copy (compute streams wait on its event); the device time
+        is read from the copy's events in :meth:`swapped`.
+        """
         if swap.dst is None:
             return 0.0
         start = time.perf_counter()
-        self._copy_in(swap.packed, swap.dst)
+        self._copy_in(swap)
         return time.perf_counter() - start
+
+    def copy_pipelined(self, swap: SwapIn, *, first_bytes: int = 32 << 20,
+                       growth: float = 2.0) -> PipelinedCopy | None:
+        """Start a layer-group-pipelined copy (see :mod:`pool._private.pipelined`); None when
+        there is no device copy. Run the first forward pass inside ``hooks(module)``, then
+        close the swap with :meth:`swapped` (``copy_s``: the returned copy's ``synchronize()``).
+        """
+        if swap.dst is None:
+            return None
+        groups = plan_groups(swap.packed, first_bytes=first_bytes, growth=growth)
+        pc = PipelinedCopy(swap.packed, swap.dst, groups, copy_stream=self._copy_stream,
+                           after=self._wait_on_compute if self._cuda else None)
+        pc.start()
+        if pc.events:
+            swap.events[:] = [pc.events[0], pc.events[-1]]
+        return pc
 
     def swapped(self, swap: SwapIn, copy_s: float) -> float:
         """Record a finished swap-in and unpin; returns its seconds (reservation + copy)."""
         self.memory.unpin(swap.key)
+        copy_s = self._device_copy_s(swap, copy_s)
         if swap.dst is not None and copy_s > 0:
             self._bandwidth = 0.7 * self._bandwidth + 0.3 * (swap.packed.nbytes / copy_s)
         elapsed = swap.reserved_s + copy_s
@@ -221,6 +252,14 @@ class Residency:
         self.stats.swap_bytes += swap.packed.nbytes
         self.stats.swap_s += elapsed
         return elapsed
+
+    @staticmethod
+    def _device_copy_s(swap: SwapIn, host_s: float) -> float:
+        if not swap.events:
+            return host_s
+        begin, done = swap.events
+        done.synchronize()  # one event (already complete after the chunk), not the device
+        return begin.elapsed_time(done) / 1e3
 
     def abort(self, swap: SwapIn) -> None:
         """The copy did not happen (or failed): give the region back, keep the host copy."""
@@ -245,23 +284,48 @@ class Residency:
         swap = self._reserve(key, priority, queued)
         try:
             copy_s = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self.copy, swap)
+                self._executor, self._copy_and_wait, swap)
         except BaseException:
             self.abort(swap)
             raise
         self.swapped(swap, copy_s)
         return time.perf_counter() - start
 
-    def _copy_in(self, packed: PackedModel, dst: torch.Tensor) -> None:
-        assert packed.host is not None
+    def _copy_and_wait(self, swap: SwapIn) -> float:
+        start = time.perf_counter()
+        self.copy(swap)
+        if swap.events:
+            swap.events[1].synchronize()
+        return time.perf_counter() - start
+
+    def _copy_in(self, swap: SwapIn) -> None:
+        packed, dst = swap.packed, swap.dst
+        assert packed.host is not None and dst is not None
         src = packed.host
-        if self._copy_stream is not None:
-            with torch.cuda.stream(self._copy_stream):
-                dst[: packed.nbytes].copy_(src, non_blocking=True)
-            self._copy_stream.synchronize()
-        else:
+        if self._copy_stream is None:
             dst[: packed.nbytes].copy_(src)
+            bind(packed, dst)
+            return
+        begin = torch.cuda.Event(enable_timing=True)
+        done = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self._copy_stream):
+            begin.record()
+            dst[: packed.nbytes].copy_(src, non_blocking=True)
+            done.record()
+        # The region was allocated on another stream; should the swap be aborted and the region
+        # freed while the copy is in flight, this keeps the caching allocator from reusing it.
+        dst.record_stream(self._copy_stream)
+        self._wait_on_compute(done)
+        swap.events[:] = [begin, done]
         bind(packed, dst)
+
+    def _wait_on_compute(self, done: torch.cuda.Event) -> None:
+        """Order every later kernel on the compute streams (and this thread's current stream)
+        after the copy, on the device: the host does not wait."""
+        assert self.compute_streams is not None
+        for stream in self.compute_streams.values():
+            stream.wait_event(done)
+        torch.cuda.current_stream(self.device.torch_device).wait_event(done)
 
     def swap_out(self, key: str) -> None:
         """Device -> host (no copy back); to disk when the host tier no longer holds it."""
@@ -280,7 +344,8 @@ class Residency:
 
     def _host_add(self, key: str) -> None:
         m = self._models[key]
-        for dropped in self.host.add(key, m.nbytes, protect=self._host_protected()):
+        held = _pinned_bytes(m.nbytes) if self._cuda else m.nbytes
+        for dropped in self.host.add(key, held, protect=self._host_protected()):
             d = self._models.get(dropped)
             if d is None or d.packed is None:
                 continue
@@ -298,3 +363,9 @@ class Residency:
 
     def _host_is_device(self) -> bool:
         return isinstance(self.memory.memory, HostMemory)
+
+
+def _pinned_bytes(nbytes: int) -> int:
+    """Page-locked bytes a pinned buffer of ``nbytes`` holds: PyTorch's caching host allocator
+    rounds each allocation up to a power of two, so the host tier counts that, not ``nbytes``."""
+    return 1 << max(0, nbytes - 1).bit_length()

@@ -183,7 +183,7 @@ class DeviceWorker:
         self.preemptions = 0
         self.expired = 0
         self.chunks = 0
-        self._streams = _class_streams(device) if device.kind == "cuda" else None
+        self._streams = self.tiers.compute_streams  # the streams its swap-in copies order
 
     # -- models -----------------------------------------------------------------------------
     async def add_model(
@@ -594,13 +594,6 @@ def _to_cpu(raw):
     if isinstance(raw, dict):
         return {k: v.cpu() for k, v in raw.items()}
     return tuple(v.cpu() for v in raw)
-
-
-def _class_streams(device: DeviceSpec) -> dict[Priority, torch.cuda.Stream]:
-    low, high = torch.cuda.Stream.priority_range()  # e.g. (0, -5): lower number = more urgent
-    levels = {Priority.REALTIME: high, Priority.INTERACTIVE: (low + high) // 2,
-              Priority.BATCH: low, Priority.BACKGROUND: low}
-    return {cls: torch.cuda.Stream(device.torch_device, priority=lvl) for cls, lvl in levels.items()}
 
 
 # TorchScript's profiling executor profiles a module's first passes and optimises after them
