@@ -159,7 +159,7 @@ class RouteRunner:
                 line = outcome_line(rc.name, req.inputs, cheap.outputs[rc.output],
                                     exp.outputs[rc.output])
                 await asyncio.to_thread(_append, rc.outcome_log, line)
-            except Exception as e:  # shadow traffic never affects the answer
+            except Exception as e:  # noqa: BLE001 - shadow traffic never affects the answer
                 log.info("shadow run for %s failed: %s", rc.name, e)
 
         task = asyncio.get_running_loop().create_task(go())

@@ -85,8 +85,11 @@ class ChunkRunner:
         module = self.tiers.module(name)
         dev = self.device.torch_device
         rows = sum(n for _, _, n in parts)
-        args = [torch.cat([p.inputs[t.name][s: s + n] for p, s, n in parts])
-                for t in entry.config.inputs]
+        if len(parts) == 1 and parts[0][1] == 0 and parts[0][2] == parts[0][0].rows:
+            args = [parts[0][0].inputs[t.name] for t in entry.config.inputs]  # whole request
+        else:
+            args = [torch.cat([p.inputs[t.name][s: s + n] for p, s, n in parts])
+                    for t in entry.config.inputs]
         stream = self._streams[priority] if self._streams else None
         copy = partial(self.tiers.copy, swap) if swap is not None else None
         inline = self.runs_inline(entry, rows, swap)
