@@ -139,8 +139,10 @@ async def _open(spec: LoadSpec, raw: bytes) -> dict:
             lat.append(t1 - scheduled)
 
     t = start
+    scheduled = 0
     while t < stop:
         t += rng.expovariate(spec.rate)
+        scheduled += measure_from <= t < stop
         delay = t - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -152,7 +154,7 @@ async def _open(spec: LoadSpec, raw: bytes) -> dict:
     for _, w in idle:
         w.close()
     return {"latencies_s": lat, "errors": errors[:5], "n_errors": len(errors),
-            "duration_s": spec.duration_s, "sent": None}
+            "duration_s": spec.duration_s, "scheduled": scheduled}
 
 
 def _loop_policy() -> None:
