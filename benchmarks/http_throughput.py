@@ -186,32 +186,55 @@ def _targets(http: dict, knees: dict) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
+    """Closed loop at c=1 and c=16 for every arm, then the open-loop sweep per server arm."""
+    http: dict[str, dict] = {}
+    for arm in arms:
+        http[arm] = {}
+        for c in (1, 16):
+            r = load(arm, duration_s=args.closed_s, concurrency=c, warmup_s=1.0)
+            http[arm][f"c{c}"] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
+                                  "errors": r["errors"]}
+    sweeps: dict[str, dict] = {}
+    for arm in ("timeshare", "timeshare_hit", "stock"):
+        sweeps[arm] = {}
+        for rate in args.rates:
+            r = load(arm, duration_s=args.open_s, rate=rate, warmup_s=0.5)
+            sweeps[arm][str(rate)] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
+                                      "scheduled": r["scheduled"]}
+            over = [v.get("p99_ms", 1e9) >= P99_LIMIT_MS for v in sweeps[arm].values()]
+            if len(over) >= 2 and over[-1] and over[-2]:
+                break  # two rates past the knee in a row: higher ones only queue more
+    return http, sweeps
+
+
+def _handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
     import asyncio
 
+    from ray import serve
+
+    from router.schemas import CacheControl, InferenceRequest
+
+    ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
+    bypass = CacheControl(skip_read=True, skip_write=True)
+    calls = {
+        "timeshare": lambda: ts.infer.remote(InferenceRequest(
+            model=args.model, inputs={in_name: x}, cache=bypass)),
+        "timeshare_hit": lambda: ts.infer.remote(InferenceRequest(
+            model=args.model, inputs={in_name: x})),
+        "stock": lambda: stock.infer.remote(x),
+    }
+    return {a: {f"c{c}": asyncio.run(_handle_closed(calls[a], c, args.handle_s, 1.0))
+                for c in (1, 16)} for a in calls}
+
+
+def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
+                       threads: int, client, null_port: int) -> dict[str, Any]:
     import ray
     from ray import serve
 
-    from pool.service import cpu_threads_per_replica
     from router.app import build_app
-    from router.schemas import CacheControl, InferenceRequest
 
-    tmp = Path(tempfile.mkdtemp(prefix="timeshare-http-"))
-    repo, path, cfg = _repository(tmp, args.model)
-    in_name, shape = cfg["inputs"][0]["name"], [int(d) for d in cfg["inputs"][0]["shape"]]
-    x = np.random.default_rng(0).standard_normal([1, *shape]).astype(np.float32)
-    threads = cpu_threads_per_replica(1)
-    forward = _forward_stats(path, threads, x)
-    for kv in args.ray_env:
-        k, _, v = kv.partition("=")
-        os.environ[k] = v
-    ctx = mp.get_context("spawn")
-    null_port = _free_port()
-    ready = ctx.Event()
-    null_proc = ctx.Process(target=null_server, args=(null_port, ready), daemon=True)
-    null_proc.start()
-    ready.wait(30)
-    client = ProcessPoolExecutor(1, mp_context=ctx)
     port = _free_port()
     ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
@@ -238,42 +261,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         same = {a: bool(np.allclose(answers[a]["outputs"][0]["data"],
                                     answers["stock"]["outputs"][0]["data"], atol=1e-4))
                 for a in answers}
-        http: dict[str, dict] = {}
-        for arm in targets:
-            http[arm] = {}
-            for c in (1, 16):
-                r = load(arm, duration_s=args.closed_s, concurrency=c, warmup_s=1.0)
-                http[arm][f"c{c}"] = {**_stats(r["latencies_s"], r["duration_s"],
-                                               r["n_errors"]), "errors": r["errors"]}
-        sweeps: dict[str, dict] = {}
-        for arm in ("timeshare", "timeshare_hit", "stock"):
-            sweeps[arm] = {}
-            for rate in args.rates:
-                r = load(arm, duration_s=args.open_s, rate=rate, warmup_s=0.5)
-                s = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
-                     "scheduled": r["scheduled"]}
-                sweeps[arm][str(rate)] = s
-                over = [v.get("p99_ms", 1e9) >= P99_LIMIT_MS for v in sweeps[arm].values()]
-                if len(over) >= 2 and over[-1] and over[-2]:
-                    break  # two rates past the knee in a row: higher ones only queue more
-        knees = {a: _knee(s) for a, s in sweeps.items()}
-        ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
-        bypass = CacheControl(skip_read=True, skip_write=True)
-        calls = {
-            "timeshare": lambda: ts.infer.remote(InferenceRequest(
-                model=args.model, inputs={in_name: x}, cache=bypass)),
-            "timeshare_hit": lambda: ts.infer.remote(InferenceRequest(
-                model=args.model, inputs={in_name: x})),
-            "stock": lambda: stock.infer.remote(x),
-        }
-        handle = {a: {f"c{c}": asyncio.run(_handle_closed(
-            calls[a], c, args.handle_s, 1.0)) for c in (1, 16)} for a in calls}
+        http, sweeps = _http_runs(load, args, targets)
+        handle = _handle_runs(args, in_name, x)
     finally:
-        client.shutdown()
         serve.shutdown()
         ray.shutdown()
+    return {"http": http, "sweeps": sweeps, "handle": handle, "same": same,
+            "ray": ray.__version__}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from pool.service import cpu_threads_per_replica
+
+    tmp = Path(tempfile.mkdtemp(prefix="timeshare-http-"))
+    repo, path, cfg = _repository(tmp, args.model)
+    in_name, shape = cfg["inputs"][0]["name"], [int(d) for d in cfg["inputs"][0]["shape"]]
+    x = np.random.default_rng(0).standard_normal([1, *shape]).astype(np.float32)
+    threads = cpu_threads_per_replica(1)
+    forward = _forward_stats(path, threads, x)
+    for kv in args.ray_env:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
+    ctx = mp.get_context("spawn")
+    null_port = _free_port()
+    ready = ctx.Event()
+    null_proc = ctx.Process(target=null_server, args=(null_port, ready), daemon=True)
+    null_proc.start()
+    ready.wait(30)
+    client = ProcessPoolExecutor(1, mp_context=ctx)
+    try:
+        m = _serve_and_measure(args, repo, path, in_name, x, threads, client, null_port)
+    finally:
+        client.shutdown()
         null_proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+    return _report(args, forward, m)
+
+
+def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
+    http, handle = m["http"], m["handle"]
+    knees = {a: _knee(s) for a, s in m["sweeps"].items()}
     checks = _targets(http, knees)
     return {
         "benchmark": "http_throughput",
@@ -283,7 +310,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "http": http,
         "client_overhead": {"null_c1_p50_ms": http["null"]["c1"]["p50_ms"],
                             "null_c16_rps": http["null"]["c16"]["throughput_rps"]},
-        "open_loop": sweeps,
+        "open_loop": m["sweeps"],
         "knee_rps": knees,
         "handle": handle,
         "ratios": {
@@ -297,11 +324,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                              / handle["stock"]["c16"]["throughput_rps"], 3),
             "knee_vs_stock": checks["knee_vs_stock"]["value"],
         },
-        "answers_match_stock": same,
+        "answers_match_stock": m["same"],
         "targets": checks,
         "meets_targets": all(v["met"] for k, v in checks.items() if not k.startswith("stretch")),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "torch": torch.__version__, "ray": ray.__version__},
+                    "torch": torch.__version__, "ray": m["ray"]},
     }
 
 
