@@ -271,8 +271,8 @@ async def _pipeline_latencies(net, redis_url: str | None, n: int) -> dict:
     from pool.repository import ModelRepository
     from router.cache import CacheSettings, ResultCache
     from router.catalog import ModelCatalog
-    from router.dispatch import LocalDispatcher
     from router.pipeline import Pipeline
+    from router.pool_client import LocalPoolClient
     from router.schemas import CacheControl, InferenceRequest
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -292,7 +292,7 @@ async def _pipeline_latencies(net, redis_url: str | None, n: int) -> dict:
         catalog = ModelCatalog(index)
         await catalog.refresh()
         cache = ResultCache(CacheSettings(redis_url=redis_url))
-        pipe = Pipeline(catalog, LocalDispatcher({"cpu": host}), cache=cache)
+        pipe = Pipeline(catalog, {"cpu": LocalPoolClient(host)}, cache=cache)
         rng = np.random.default_rng(1)
         out: dict[str, Any] = {}
         try:

@@ -14,7 +14,7 @@ run in one local Ray instance, one after the other, with one replica each and on
 - timeshare: the real ``pool.deployments.PoolDeployment`` over the same repository folder (CPU
   stand-in with the same budget, weights kept in the host tier, swap-in = a copy into the device
   arena), routed by ``TimeshareRequestRouter`` and called as the ingress calls it
-  (``infer.remote(pool.wire.work_request(...))``).
+  (``infer.remote(pool.work.PoolWork(...))``).
 
 Reports p50/p99 latency over all requests (a request the pool refuses as expired counts with the
 time it took to be refused: the ingress would answer it from the fallback chain), p99 over model
@@ -197,17 +197,18 @@ async def _timeshare_at(app, rate: float, names, weights, k: int, args) -> dict:
     from ray import serve
 
     from policies.priority import Priority
-    from pool.wire import unwrap, work_request
+    from pool.work import PoolWork, unwrap
 
     input_name = ARCHS[args.arch].input_name
     ts = serve.run(app, name="colo_timeshare", route_prefix=None)
     await _wait_ready(ts, names)
 
     async def call(name, x, deadline_s):
-        # What the ingress sends: the wire form as the first positional argument; a refusal
-        # (e.g. expired: not run, the ingress would answer from the fallback chain) is a miss.
-        unwrap(await ts.infer.remote(work_request(name, None, {input_name: x},
-                                                  Priority.INTERACTIVE, deadline_s)))
+        # What the ingress sends: one PoolWork; a refusal (e.g. expired: not run, the ingress
+        # would answer from the fallback chain) is a miss.
+        now = time.time()
+        unwrap(await ts.infer.remote(PoolWork(name, None, {input_name: x}, Priority.INTERACTIVE,
+                                              deadline_at=now + deadline_s, arrived_at=now)))
         return True
 
     await _warm_up(call, names[:k], args)

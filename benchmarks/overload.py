@@ -38,7 +38,8 @@ from deploy.demo import build_demo_repository
 from deploy.demo_data import load_splits
 from policies.priority import Priority
 from policies.spill import SpillConfig, SpillState, decide_spill
-from pool._private.worker import DeviceWorker, ModelKey
+from pool import ModelKey
+from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import RequestExpired

@@ -32,7 +32,8 @@ from torch import nn
 
 from policies.priority import Priority
 from policies.scheduling import get_scheduling_policy
-from pool._private.worker import DeviceWorker, ModelKey
+from pool import ModelKey
+from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from benchmarks._output import emit

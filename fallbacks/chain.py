@@ -53,10 +53,14 @@ PoolName = Literal["gpu", "cpu"]
 
 @dataclass(frozen=True, slots=True)
 class ModelReply:
-    """What a model call returns: outputs, and the version that actually ran (if known)."""
+    """What a model call returns: outputs, the version that actually ran (if known), and where
+    its time went (as the pool measured it), so timings come back inside the answer."""
 
     outputs: Mapping[str, Any]
     version: str | None = None
+    queue_ms: float = 0.0
+    compute_ms: float = 0.0
+    swap_ms: float = 0.0
 
 
 class ModelExecutor(Protocol):
@@ -159,7 +163,8 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class ChainResult:
-    """The answer. ``degraded`` answers carry ``served_by`` and the first failure as ``reason``."""
+    """The answer. ``degraded`` answers carry ``served_by`` and the first failure as ``reason``;
+    ``reply`` is the model call's reply when a model answered (None for rules and defaults)."""
 
     outputs: Mapping[str, Any]
     served_by: str
@@ -169,6 +174,11 @@ class ChainResult:
     version: str | None
     attempts: tuple[Attempt, ...]
     elapsed_s: float
+    reply: ModelReply | None = None
+
+
+# outputs, served_by, model, version, and the model's reply (None for local steps)
+_StepAnswer = tuple[Mapping[str, Any], str, "str | None", "str | None", "ModelReply | None"]
 
 
 def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest) -> Target:
@@ -240,7 +250,7 @@ class ChainRunner:
                 assert step is not None
                 res = await self._local(request, deadline, step, attempts)
             if res is not None:
-                outputs, served_by, model, version = res
+                outputs, served_by, model, version, reply = res
                 degraded = step is not None or primary is None
                 why = reason or next((a.outcome for a in attempts if a.outcome != "ok"), None)
                 return ChainResult(
@@ -252,6 +262,7 @@ class ChainRunner:
                     version=version,
                     attempts=tuple(attempts),
                     elapsed_s=self._clock() - t0,
+                    reply=reply,
                 )
         raise self._exhausted(request, deadline, attempts, reason, bool(chain))
 
@@ -271,7 +282,7 @@ class ChainRunner:
         prefix: str,
         rest: list[tuple[CompiledStep | None, Target | None]],
         attempts: list[Attempt],
-    ) -> tuple[Mapping[str, Any], str, str | None, str | None] | None:
+    ) -> _StepAnswer | None:
         label = _label(prefix, target.model, target.version)
         budget = self._budget(deadline, rest)
         if deadline.expired() or budget * 1000.0 < self.config.min_remote_budget_ms:
@@ -292,7 +303,9 @@ class ChainRunner:
             request, model=target.model, version=target.version, pool=target.pool, budget_s=budget
         )
         try:
-            reply = await asyncio.wait_for(call, budget)
+            # asyncio.timeout, not wait_for: no extra task per call on the request path.
+            async with asyncio.timeout(budget):
+                reply = await call
         except asyncio.CancelledError:
             if breaker is not None:
                 breaker.release()
@@ -315,7 +328,8 @@ class ChainRunner:
                 throttle.on_accepted()
             version = reply.version or target.version
             attempts.append(Attempt(_label(prefix, target.model, version), "ok", elapsed))
-            return reply.outputs, _label(prefix, target.model, version), target.model, version
+            return (reply.outputs, _label(prefix, target.model, version), target.model, version,
+                    reply)
         elapsed = self._clock() - t0
         if breaker is not None:
             breaker.on_error(elapsed)
@@ -328,11 +342,11 @@ class ChainRunner:
         deadline: Deadline,
         step: CompiledStep,
         attempts: list[Attempt],
-    ) -> tuple[Mapping[str, Any], str, str | None, str | None] | None:
+    ) -> _StepAnswer | None:
         if step.kind == "default":
             assert step.outputs is not None
             attempts.append(Attempt("default", "ok", 0.0))
-            return step.outputs, "default", None, None
+            return step.outputs, "default", None, None, None
         assert step.engine is not None
         t0 = self._clock()
         budget = max(deadline.remaining(), self.config.local_reserve_ms / 1000.0)
@@ -343,7 +357,7 @@ class ChainRunner:
             return None
         label = f"rules:{match.rule}"
         attempts.append(Attempt(label, "ok", elapsed))
-        return match.outputs, label, None, None
+        return match.outputs, label, None, None, None
 
     def _exhausted(
         self,

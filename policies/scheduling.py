@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from policies.estimates import request_work_s
 from policies.priority import Priority
 
 __all__ = [
@@ -150,8 +151,7 @@ class SchedulingPolicy(ABC):
         live: dict[str, list[RequestView]] = {}
         ahead = 0.0
         for _, r, m in order:
-            swap = 0.0 if m.resident or m.key in live else m.swap_cost_s
-            work = swap + r.rows * m.row_cost_s
+            work = request_work_s(m, r, swap_paid=m.key in live)
             if r.deadline is not None and snap.now + ahead + work >= r.deadline:
                 expired.append(r.id)
                 continue

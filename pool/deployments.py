@@ -11,6 +11,7 @@ from typing import Any
 from ray import serve
 
 from pool.service import PoolService
+from pool.work import PoolRefusal, PoolReply, PoolWork
 
 __all__ = ["PoolDeployment"]
 
@@ -23,9 +24,9 @@ class PoolDeployment:
                                    poll_interval_s=poll_interval_s, replicas=replicas)
         await self.service.start()
 
-    async def infer(self, work: dict[str, Any]):
-        """A ``PoolReply``, or a ``PoolRefusal`` (callers: ``pool.wire.unwrap``)."""
-        return await self.service.infer_or_refusal(work)
+    async def infer(self, work: PoolWork) -> PoolReply | PoolRefusal:
+        """A ``PoolReply``, or a ``PoolRefusal`` (callers: ``pool.work.unwrap``)."""
+        return await self.service.run_or_refusal(work)
 
     async def index(self):
         return self.service.index()

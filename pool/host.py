@@ -18,12 +18,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from policies.priority import Priority
-from pool._private.worker import DeviceWorker, ModelKey, WorkResult
+from pool._private.worker import DeviceWorker
+from pool.types import ModelKey
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError, ModelNotLoaded
 from pool.loader import load_module
 from pool.repository import ModelRepository, RepositorySnapshot, version_order
+from pool.work import PoolReply, PoolWork
 
 __all__ = ["VersionState", "ModelIndexEntry", "ModelHost", "HostEvent"]
 
@@ -171,32 +172,27 @@ class ModelHost:
     def index(self) -> dict[str, ModelIndexEntry]:
         return self._index
 
-    async def infer(
-        self,
-        model: str,
-        version: str | None,
-        inputs: dict[str, np.ndarray],
-        *,
-        priority: Priority,
-        timeout_s: float | None,
-    ) -> tuple[str, WorkResult]:
-        entry = self._index.get(model)
+    async def run(self, work: PoolWork, *, wall: Callable[[], float] = time.time) -> PoolReply:
+        """Run ``work`` on the worker; raises ModelNotLoaded, RequestExpired, DeviceOutOfMemory,
+        QueueFull (``pool.work.PoolRefusal`` turns those into values for a handle)."""
+        entry = self._index.get(work.model)
         if entry is None or not entry.ready:
-            raise ModelNotLoaded(f"model {model!r} is not loaded here")
-        version = version or entry.default_version
+            raise ModelNotLoaded(f"model {work.model!r} is not loaded here")
+        version = work.version or entry.default_version
         assert version is not None
         state = entry.versions.get(version)
         if state is None or state.state != "ready":
-            raise ModelNotLoaded(f"model {model!r} version {version!r} is not ready here")
-        deadline = None if timeout_s is None else self.worker_clock() + timeout_s
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
+            raise ModelNotLoaded(f"model {work.model!r} version {version!r} is not ready here")
+        # The wall-clock deadline in this worker's clock (see PoolWork).
+        deadline = self._clock() + work.remaining_s(wall())
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in work.inputs.items()}
         result = await self.worker.infer(
-            ModelKey(model, version), tensors, priority=priority, deadline=deadline
-        )
-        return version, result
-
-    def worker_clock(self) -> float:
-        return self._clock()
+            ModelKey(work.model, version), tensors, priority=work.priority, deadline=deadline)
+        return PoolReply(
+            model=work.model, version=version,
+            outputs={k: v.numpy() for k, v in result.outputs.items()},
+            queue_ms=result.queue_ms, compute_ms=result.compute_ms, swap_ms=result.swap_ms,
+            device=result.device, batch_size=result.batch_size)
 
     def status(self) -> dict:
         return {

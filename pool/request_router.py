@@ -12,15 +12,9 @@ Use it on a pool deployment that publishes :meth:`RoutingStats.to_dict` from its
         def record_routing_stats(self) -> dict:
             return self.worker.routing_stats().to_dict()
 
-Convention for finding the model of a request (first that applies):
-
-1. keyword arguments ``model`` (and optional ``version``, ``priority``);
-2. the first positional argument, when it is a dict with a ``model`` key (same optional keys);
-3. the first positional argument, when it has ``model`` / ``version`` / ``priority`` attributes
-   (e.g. a pydantic ``InferenceRequest``).
-
-A request with no model is ranked by wait only. Ranking itself is the pure
-``policies.replica_ranking.rank_replicas``.
+The request's model, version and class are read from the typed ``pool.work.PoolWork`` the
+router sends as the only argument of ``infer``; any other call (``status``, ``index``...) is
+ranked by wait only. Ranking itself is the pure ``policies.replica_ranking.rank_replicas``.
 """
 
 from __future__ import annotations
@@ -29,38 +23,20 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
-from policies.priority import Priority, parse_priority
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
+from pool.work import PoolWork
 
 __all__ = ["TimeshareRequestRouter", "route_target", "replica_view"]
 
 
-def _field(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
 def route_target(pending_request: PendingRequest | None) -> RouteTarget:
-    """The model/version/priority a pending request asks for (see the module docstring)."""
-    if pending_request is None:
+    """The model/version/priority of a pending ``infer(PoolWork)`` call; empty otherwise."""
+    if pending_request is None or not pending_request.args:
         return RouteTarget(None)
-    source: Any = None
-    if "model" in (pending_request.kwargs or {}):
-        source = pending_request.kwargs
-    elif pending_request.args:
-        first = pending_request.args[0]
-        if _field(first, "model") is not None:
-            source = first
-    if source is None:
+    work = pending_request.args[0]
+    if not isinstance(work, PoolWork):
         return RouteTarget(None)
-    version = _field(source, "version")
-    try:
-        priority = parse_priority(_field(source, "priority"))
-    except ValueError:
-        priority = Priority.default()  # the replica rejects it with a clear error
-    return RouteTarget(str(_field(source, "model")), None if version is None else str(version),
-                       priority)
+    return RouteTarget(work.model, work.version, work.priority)
 
 
 def replica_view(replica_id: str, stats: dict[str, Any] | None) -> ReplicaView:

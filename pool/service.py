@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
-import psutil
 import torch
 
 from pool._private.worker import DeviceWorker, RoutingStats
@@ -20,7 +20,7 @@ from pool.control import ControlFile
 from pool.device import DeviceSpec
 from pool.host import ModelHost, ModelIndexEntry
 from pool.repository import ModelRepository
-from pool.wire import PoolRefusal, PoolReply, run_work, run_work_or_refusal
+from pool.work import PoolRefusal, PoolReply, PoolWork
 
 __all__ = ["PoolService", "cpu_threads_per_replica"]
 
@@ -28,8 +28,11 @@ log = logging.getLogger(__name__)
 
 
 def cpu_threads_per_replica(replicas: int) -> int:
-    """Physical cores / replicas (at least one), so replicas don't oversubscribe the CPU."""
-    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    """Usable cores / replicas (at least one), so replicas don't oversubscribe the CPU.
+
+    (``os`` only: psutil is not a dependency, and Ray 2.60 no longer installs it.)"""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
     return max(1, cores // max(1, replicas))
 
 
@@ -63,13 +66,19 @@ class PoolService:
             except Exception:  # the poller must outlive any one bad pass
                 log.exception("repository sync failed")
 
-    async def infer(self, work: dict[str, Any]) -> PoolReply:
+    async def run(self, work: PoolWork) -> PoolReply:
         """Run ``work``; raises RequestExpired, DeviceOutOfMemory, ModelNotLoaded, QueueFull."""
-        return await run_work(self.host, self.pool, work)
+        return await self.host.run(work)
 
-    async def infer_or_refusal(self, work: dict[str, Any]) -> PoolReply | PoolRefusal:
-        """:meth:`infer` with the expected refusals returned as values (across a handle)."""
-        return await run_work_or_refusal(self.host, self.pool, work)
+    async def run_or_refusal(self, work: PoolWork) -> PoolReply | PoolRefusal:
+        """:meth:`run` with the expected refusals returned as values (across a handle)."""
+        try:
+            return await self.host.run(work)
+        except Exception as e:
+            refusal = PoolRefusal.of(e)
+            if refusal is None:
+                raise
+            return refusal
 
     def index(self) -> dict[str, ModelIndexEntry]:
         return self.host.index()

@@ -194,17 +194,21 @@ class CallLog:
     """Asynchronous writer: ``record`` never blocks; a background task drains to ``sink``.
 
     ``max_queue`` bounds memory (records beyond it are dropped and counted); ``batch_size``
-    bounds one sink write. The drain task starts on the first ``record`` (or ``start``) and must
+    bounds one sink write. ``linger_s``: after a record arrives the drain waits this long for
+    more before writing, so a steady trickle costs one sink write (a thread hop for files) per
+    ``linger_s`` instead of one per request; records are at most that much later on disk, and
+    ``close`` flushes. The drain task starts on the first ``record`` (or ``start``) and must
     run inside an event loop.
     """
 
     def __init__(self, sink: CallLogSink, *, max_queue: int = 10_000,
-                 batch_size: int = 256) -> None:
+                 batch_size: int = 256, linger_s: float = 0.05) -> None:
         if max_queue < 1 or batch_size < 1:
             raise ValueError(f"max_queue and batch_size must be >= 1, got max_queue={max_queue} "
                              f"batch_size={batch_size}")
         self.sink = sink
         self.batch_size = batch_size
+        self.linger_s = max(0.0, linger_s)
         self.stats = CallLogStats()
         self._queue: asyncio.Queue[CallRecord] = asyncio.Queue(maxsize=max_queue)
         self._task: asyncio.Task[None] | None = None
@@ -236,6 +240,8 @@ class CallLog:
     async def _drain(self) -> None:
         while True:
             batch = [await self._queue.get()]
+            if self.linger_s and self._queue.qsize() + 1 < self.batch_size and not self._closed:
+                await asyncio.sleep(self.linger_s)
             while len(batch) < self.batch_size and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:

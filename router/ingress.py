@@ -23,14 +23,13 @@ from pool.service import PoolService
 from router.cache import ResultCache
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
-from router.dispatch import PoolDispatcher
 from router.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
 from router.http import build_http_app
 from router.pipeline import Pipeline, PipelineConfig
+from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
-from router._private.pools import LocalPool, RemotePool
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 
 __all__ = ["Ingress"]
@@ -48,7 +47,7 @@ class Ingress:
         self.settings = s = settings
         self.api_key = s.resolved_api_key()
         self.max_body_bytes = s.max_body_bytes
-        self._pools: dict[str, RemotePool | LocalPool] = {n: RemotePool(h) for n, h in pools.items()}
+        self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
         self._local: PoolService | None = None
         if s.cpu_pool.placement == "ingress":
             # inline_ms 0: the ingress's loop must stay responsive (deadlines, fallbacks) even
@@ -58,7 +57,7 @@ class Ingress:
                 {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
                 poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas)
             await self._local.start()
-            self._pools["cpu"] = LocalPool(self._local)
+            self._pools["cpu"] = LocalPoolClient(self._local)
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
         self._load: dict[str, list] = {}
@@ -76,7 +75,7 @@ class Ingress:
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
         self.cache = ResultCache(s.cache, embedder=_embedder(s), on_event=self._on_cache_event)
         self.pipeline = Pipeline(
-            self.catalog, PoolDispatcher(self._pools),
+            self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
                                   admission=s.admission, pool_capacity=s.pool_capacity),
             routes=routes,

@@ -1,7 +1,10 @@
-"""The request pipeline: accept → cache → admit → dispatch → degrade → record, and routes.
+"""The request pipeline: accept → cache → admit → dispatch → degrade → record.
 
-Ray-free: the catalog fetcher, the dispatcher, the pools' load view and the cache are injected,
-so the same pipeline runs in the ingress deployment, in unit tests and in benchmarks.
+Ray-free: the catalog fetcher, the pool clients, the pools' load view and the cache are injected,
+so the same pipeline runs in the ingress deployment, in unit tests and in benchmarks. A request
+is resolved and validated once, then travels as one ``pool.work.PoolWork`` through the fallback
+chain to a pool; the pool's reply (timings included) comes back inside the chain's result.
+Routes (virtual models) are carried out by ``router.route_runner``.
 
 Order note: the cache is consulted before admission control, so a shed request still gets an
 exact cache hit (cheaper and better than its fallback); only the compute is shed.
@@ -9,7 +12,6 @@ exact cache hit (cheaper and better than its fallback); only the compute is shed
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -26,21 +28,20 @@ from fallbacks import (
     ChainRunner,
     CompiledStep,
     Deadline,
-    FallbackRequest,
     Target,
     compile_chain,
 )
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
 from policies.priority import Priority
-from policies.routing import PlanKind, RouteRequest, RouteStrategy, merge_rows
-from policies.spill import SpillState, decide_spill
+from policies.routing import RouteStrategy
 from pool.config import ModelConfig
+from pool.work import PoolWork
 from router.cache import CachedAnswer, CacheOutcome, ResultCache
 from router.catalog import ModelCatalog
-from router.dispatch import Dispatcher
-from router._private.executor import PoolExecutor, ReplyLog
+from router.pool_client import PoolClient, PoolExecutor, RoutedRequest
+from router.route_runner import RouteRunner
 from router.routes import RouteConfig
-from router.schemas import InferenceRequest, InferenceResponse, RouteInfo, Timings
+from router.schemas import InferenceRequest, InferenceResponse, Timings
 from router.validation import validate_inputs
 
 __all__ = ["PipelineConfig", "Pipeline", "Recorder", "choose_pool"]
@@ -82,7 +83,7 @@ class Pipeline:
     def __init__(
         self,
         catalog: ModelCatalog,
-        dispatcher: Dispatcher,
+        pools: Mapping[str, PoolClient],
         *,
         config: PipelineConfig = PipelineConfig(),
         routes: Mapping[str, RouteConfig] | None = None,
@@ -94,28 +95,31 @@ class Pipeline:
         recorders: Sequence[Recorder] = (),
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.catalog = catalog
-        self.dispatcher = dispatcher
+        self.pools = dict(pools)
         self.config = config
-        self.routes = dict(routes or {})
-        self.strategies = dict(strategies or {})
         self.cache = cache
         self.quotas = quotas
         self.load = load
         self._recorders = tuple(recorders)
         self._clock = clock
-        self._rng = rng
+        self._wall = wall
         # Per-(model, pool) circuit breakers guard failing models. The chain runner's per-pool
         # adaptive throttle is not used: with one CPU pool it would let one broken model
         # throttle every model on it.
-        self.runner = ChainRunner(PoolExecutor(catalog, dispatcher, clock=clock),
+        self.runner = ChainRunner(PoolExecutor(catalog, self.pools, clock=clock, wall=wall),
                                   config=config.chain, breakers=breakers, clock=clock)
+        self.route_runner = RouteRunner(
+            routes or {}, strategies or {}, self._answer, catalog, pools=tuple(self.pools),
+            load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng)
         self._chains: dict[str, tuple[ModelConfig, tuple[CompiledStep, ...]]] = {}
         self._in_flight: dict[tuple[str, Priority], int] = {}
-        self._compute_s: dict[str, float] = {}  # EWMA of per-request compute, for spill
-        self._spill: dict[tuple[str, Priority], SpillState] = {}
-        self._background: set[asyncio.Task] = set()
+
+    @property
+    def routes(self) -> dict[str, RouteConfig]:
+        return self.route_runner.routes
 
     # -- entry points ---------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
@@ -145,7 +149,7 @@ class Pipeline:
             quota = self.quotas.acquire(req.caller) if self.quotas else contextlib.nullcontext()
             with quota:
                 if req.model in self.routes:
-                    async for resp in self._route(req, start):
+                    async for resp in self.route_runner.run(req, start):
                         if resp.final:
                             self._record(req, resp, None, start)
                         yield resp
@@ -160,18 +164,23 @@ class Pipeline:
     # -- one model: cache, admission, chain -------------------------------------------------
     async def _answer(self, req: InferenceRequest, model: str, version: str | None, start: float,
                       *, pool: str | None = None, deadline: Deadline | None = None,
-                      ) -> InferenceResponse:
+                      inputs: dict[str, np.ndarray] | None = None) -> InferenceResponse:
+        """One model's answer; ``inputs`` when the caller already validated them for it."""
         entry, version = await self.catalog.resolve(model, version)
         cfg = entry.config
-        inputs = validate_inputs(cfg, req.inputs)
+        valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
         deadline = deadline or Deadline.for_request(
             request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
             app_default_ms=self.config.default_deadline_ms, clock=self._clock)
-        pool = pool or choose_pool(cfg, self.dispatcher.pools)
-        rows = next(iter(inputs.values())).shape[0]
+        pool = pool or choose_pool(cfg, tuple(self.pools))
+        now = self._clock()
+        wall = self._wall()
+        work = PoolWork(model, version, valid, req.priority,
+                        deadline_at=wall + deadline.remaining(), arrived_at=wall - (now - start),
+                        caller=req.caller, request_id=req.request_id, config=cfg)
 
         async def compute() -> tuple[_Answer, bool]:
-            answer = await self._run_chain(req, cfg, model, version, inputs, pool, deadline, rows)
+            answer = await self._run_chain(req, work, pool, deadline)
             return answer, not answer.degraded
 
         if self.cache is None:
@@ -196,30 +205,28 @@ class Pipeline:
             final=True,
         )
 
-    async def _run_chain(self, req: InferenceRequest, cfg: ModelConfig, model: str, version: str,
-                         inputs: dict[str, np.ndarray], pool: str, deadline: Deadline,
-                         rows: int) -> _Answer:
+    async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: str,
+                         deadline: Deadline) -> _Answer:
+        assert work.config is not None
         shed = self._admission(pool, req.priority, deadline)
-        replies = ReplyLog()
-        freq = FallbackRequest(model=model, inputs=inputs, version=version, text=req.text,
-                               priority=req.priority, caller=req.caller,
-                               request_id=req.request_id, extra={"replies": replies})
+        freq = RoutedRequest(model=work.model, inputs=work.inputs, version=work.version,
+                             text=req.text, priority=req.priority, caller=req.caller,
+                             request_id=req.request_id, work=work)
         key = (pool, req.priority)
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
             res = await self.runner.run(
-                freq, deadline=deadline, chain=self._chain(cfg),
-                primary=None if shed else Target(model, version, pool), reason=shed)
+                freq, deadline=deadline, chain=self._chain(work.config),
+                primary=None if shed else Target(work.model, work.version, pool), reason=shed)
         finally:
             self._in_flight[key] -= 1
-        reply = replies.last() if res.served_by.split(":")[0] in ("gpu", "cpu", "model") else None
-        timings = None
-        if reply is not None:
-            timings = Timings(queue_ms=reply.queue_ms, compute_ms=reply.compute_ms,
-                              swap_ms=reply.swap_ms)
+        reply, timings = res.reply, None
+        if reply is not None:  # a model answered: its pool's timings
+            timings = Timings.model_construct(queue_ms=reply.queue_ms,
+                                              compute_ms=reply.compute_ms, swap_ms=reply.swap_ms)
             if not res.degraded:
-                prev = self._compute_s.get(model, reply.compute_ms / 1e3)
-                self._compute_s[model] = 0.8 * prev + 0.2 * reply.compute_ms / 1e3
+                self.route_runner.observe(work.model, reply.compute_ms / 1e3)
+        rows = next(iter(work.inputs.values())).shape[0]
         return _Answer(outputs=_broadcast(res.outputs, rows), served_by=res.served_by,
                        version=res.version, degraded=res.degraded, reason=res.reason,
                        timings=timings)
@@ -245,103 +252,6 @@ class Pipeline:
                                     config=self.config.admission)
         return None if decision.admit else f"shed: {decision.reason}"
 
-    # -- routes -------------------------------------------------------------------------------
-    async def _route(self, req: InferenceRequest, start: float) -> AsyncIterator[InferenceResponse]:
-        rc = self.routes[req.model]
-        strategy = self.strategies[req.model]
-        deadline = Deadline.for_request(request_ms=req.deadline_ms, model_ms=None,
-                                        app_default_ms=self.config.default_deadline_ms,
-                                        clock=self._clock)
-        first_model = rc.cheap or rc.expensive or ""
-        entry, _ = await self.catalog.resolve(first_model, None)
-        inputs = validate_inputs(entry.config, req.inputs)  # strategies score validated inputs
-        rreq = RouteRequest(inputs=inputs, priority=req.priority,
-                            deadline_s=deadline.remaining(), shadow_draw=self._rng())
-        plan = strategy.plan(rreq)
-        info = RouteInfo(route=rc.name, strategy=plan.strategy, decision=plan.decision)
-
-        async def run(model: str, **kw) -> InferenceResponse:
-            return await self._answer(req, model, None, start, deadline=deadline, **kw)
-
-        if plan.kind is PlanKind.REFINE:
-            assert plan.then is not None
-            fast = await run(plan.first)
-            yield _with_route(fast, info, [plan.first], final=False)
-            refined = await run(plan.then)
-            yield _with_route(refined, info.model_copy(update={"decision": "refined"}),
-                              [plan.first, plan.then])
-            return
-        if plan.kind is PlanKind.SINGLE:
-            yield await self._spillable(req, rc, plan.first, info, run, deadline, [])
-            return
-        cheap = await run(plan.first)
-        if plan.shadow and plan.then:
-            self._shadow(rc, req, cheap, run(plan.then))
-        if cheap.degraded:
-            yield _with_route(cheap, info.model_copy(update={"decision": "cheap"}), [plan.first])
-            return
-        verdict = strategy.after_cheap(np.asarray(cheap.outputs[rc.output]), rreq)
-        info = info.model_copy(update={"confidence": verdict.confidence})
-        if not verdict.escalate:
-            yield _with_route(cheap, info.model_copy(update={"decision": "cheap"}), [plan.first])
-            return
-        assert plan.then is not None
-        info = info.model_copy(update={"decision": "escalated"})
-        resp = await self._spillable(req, rc, plan.then, info, run, deadline, [plan.first])
-        if resp.route and not resp.route.spilled and len(verdict.rows) > 1:
-            merged = merge_rows(cheap.outputs[rc.output], resp.outputs[rc.output], verdict.rows)
-            resp = resp.model_copy(update={"outputs": {**resp.outputs, rc.output: merged}})
-        yield resp
-
-    async def _spillable(self, req, rc: RouteConfig, model: str, info: RouteInfo, run, deadline,
-                         ran: list[str]) -> InferenceResponse:
-        """Run ``model`` unless the pools' load says it would miss the deadline (then spill)."""
-        is_expensive = model == rc.expensive and rc.spill != "none"
-        primary = "gpu" if "gpu" in self.dispatcher.pools else "cpu"
-        gpu_stats = list(self.load(primary))
-        if not is_expensive or not gpu_stats:  # no load report yet: nothing to spill on
-            return _with_route(await run(model), info, [*ran, model])
-        key = (rc.name, req.priority)
-        d = decide_spill(
-            gpu=gpu_stats, priority=req.priority, deadline_s=deadline.remaining(),
-            compute_s=self._compute_s.get(model, 0.0), target=rc.spill,
-            state=self._spill.get(key, SpillState()), config=rc.spill_config,
-            cpu=list(self.load("cpu")) if primary == "gpu" else None, now=self._clock())
-        self._spill[key] = d.state
-        if d.where == "gpu" or (d.where == "cpu" and primary == "cpu"):
-            return _with_route(await run(model), info, [*ran, model])
-        spilled = info.model_copy(update={"spilled": True, "decision": "spilled"})
-        if d.where == "cpu":
-            resp = await run(model, pool="cpu")
-            return _with_route(resp, spilled, [*ran, model]).model_copy(
-                update={"reason": resp.reason or f"spilled to cpu: {d.reason}"})
-        assert rc.cheap is not None
-        resp = await run(rc.cheap)
-        return _with_route(resp, spilled, [*ran, rc.cheap]).model_copy(
-            update={"degraded": True, "reason": resp.reason or f"spilled to cheap: {d.reason}"})
-
-    def _shadow(self, rc: RouteConfig, req: InferenceRequest, cheap: InferenceResponse,
-                expensive) -> None:
-        """Run the other model too (in the background) and log both outcomes for training."""
-        if not rc.outcome_log:
-            expensive.close()
-            return
-
-        async def go() -> None:
-            from router.route_training import outcome_line
-
-            try:
-                exp = await expensive
-                line = outcome_line(rc.name, req.inputs, cheap.outputs[rc.output],
-                                    exp.outputs[rc.output])
-                await asyncio.to_thread(_append, rc.outcome_log, line)
-            except Exception as e:  # shadow traffic never affects the answer
-                log.info("shadow run for %s failed: %s", rc.name, e)
-
-        task = asyncio.get_running_loop().create_task(go())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     def _record(self, req, resp, err, start: float) -> None:
         elapsed = self._clock() - start
         for r in self._recorders:
@@ -349,17 +259,6 @@ class Pipeline:
                 r.record(req, resp, err, elapsed)
             except Exception:  # recording never fails a request
                 log.exception("recorder %r failed", r)
-
-
-def _append(path: str, line: str) -> None:
-    with open(path, "a") as f:
-        f.write(line + "\n")
-
-
-def _with_route(resp: InferenceResponse, info: RouteInfo, ran: list[str], *,
-                final: bool = True) -> InferenceResponse:
-    return resp.model_copy(update={"route": info.model_copy(update={"models_run": ran}),
-                                   "final": final})
 
 
 def _broadcast(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:

@@ -128,6 +128,10 @@ class ResultCache:
             self._counters.inc("off")
             answer, _ = await compute()
             return answer, _OFF
+        if control.skip_read and control.skip_write:  # no key needed: nothing read or written
+            self._counters.inc("skip_read")
+            answer, _ = await compute()
+            return answer, _OFF
         key = cache_key(self._settings.key_prefix, model, version, inputs)
         req = _Request(key, model, version, text, policy, control)
         if control.skip_read:

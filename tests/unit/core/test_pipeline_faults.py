@@ -1,6 +1,6 @@
 """Caller quotas and load shedding through the real pipeline, in-process (no Ray).
 
-The pipeline runs over a ``LocalDispatcher`` and a real ``ModelHost`` serving the small demo
+The pipeline runs over a ``LocalPoolClient`` and a real ``ModelHost`` serving the small demo
 repository on the CPU, so the answers come from real models; only Ray is left out. Every test
 counts requests sent and outcomes received (answer or typed error) and asserts they are equal.
 """
@@ -19,9 +19,9 @@ from pool.device import DeviceSpec
 from pool.host import ModelHost
 from pool.repository import ModelRepository
 from router.catalog import ModelCatalog
-from router.dispatch import LocalDispatcher
 from router.errors import InvalidRequest, QuotaExceeded
 from router.pipeline import Pipeline, PipelineConfig
+from router.pool_client import LocalPoolClient
 from router.schemas import InferenceRequest
 
 MB = 1 << 20
@@ -42,7 +42,7 @@ def _pipeline(host: ModelHost, **kw) -> Pipeline:
         return host.index()
 
     catalog = ModelCatalog(fetch)
-    return Pipeline(catalog, LocalDispatcher({"cpu": host}), **kw)
+    return Pipeline(catalog, {"cpu": LocalPoolClient(host)}, **kw)
 
 
 def _request(i: int, **kw) -> InferenceRequest:

@@ -12,8 +12,8 @@ from pool.host import ModelHost
 from pool.repository import ModelRepository
 from router.cache import CacheSettings, ResultCache
 from router.catalog import ModelCatalog
-from router.dispatch import LocalDispatcher
 from router.pipeline import Pipeline, PipelineConfig
+from router.pool_client import LocalPoolClient
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest
 
@@ -36,7 +36,7 @@ async def pipeline(demo_repo):
         return host.index()
 
     cache = ResultCache(CacheSettings())
-    p = Pipeline(ModelCatalog(fetch), LocalDispatcher({"cpu": host}),
+    p = Pipeline(ModelCatalog(fetch), {"cpu": LocalPoolClient(host)},
                  config=PipelineConfig(default_deadline_ms=5000), routes=ROUTES,
                  strategies={n: build_strategy(rc) for n, rc in ROUTES.items()}, cache=cache)
     yield p

@@ -1,9 +1,11 @@
 """Replica ranking (pure) and the Ray Serve request router built on it (no cluster started)."""
 
+import numpy as np
 import pytest
 
 from policies.priority import Priority
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
+from pool.work import PoolWork
 
 R, I = Priority.REALTIME, Priority.INTERACTIVE
 
@@ -44,7 +46,7 @@ async def test_request_router_ranks_real_running_replicas():
     serve_common = pytest.importorskip("ray.serve._private.common")
     from ray.serve.request_router import PendingRequest, RunningReplica
 
-    from pool._private.worker import RoutingStats
+    from pool import RoutingStats
     from pool.request_router import TimeshareRequestRouter, route_target
 
     dep = serve_common.DeploymentID(name="pool", app_name="timeshare")
@@ -67,15 +69,20 @@ async def test_request_router_ranks_real_running_replicas():
     def pending(args, kwargs):
         return PendingRequest(args=args, kwargs=kwargs, metadata=None)
 
-    assert route_target(pending([{"model": "a", "priority": "realtime"}], {})) == RouteTarget(
-        "a", None, R)
-    assert route_target(pending([], {"model": "a", "version": 3})) == RouteTarget("a", "3", I)
+    def work(model, version, priority):
+        return PoolWork(model, version, {"x": np.zeros((1, 2), np.float32)}, priority,
+                        deadline_at=1.0, arrived_at=0.0)
+
+    assert route_target(pending([work("a", "1", R)], {})) == RouteTarget("a", "1", R)
+    # Only the typed work is read: an untyped dict or keyword arguments are not sniffed.
+    assert route_target(pending([{"model": "a", "priority": "realtime"}], {})) == RouteTarget(None)
+    assert route_target(pending([], {"model": "a", "version": 3})) == RouteTarget(None)
     assert route_target(pending([b"raw"], {})) == RouteTarget(None)
 
     async def choose():
         router = TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN)
         reps = [replica("r1", [], 0.0), replica("r2", ["a@1"], 0.3)]
-        ranks = await router.choose_replicas(reps, pending([{"model": "a"}], {}))
+        ranks = await router.choose_replicas(reps, pending([work("a", "1", I)], {}))
         return [[r.replica_id.unique_id for r in rank] for rank in ranks]
 
     assert await choose() == [["r2"], ["r1"]]

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from policies.priority import Priority
-from pool._private.worker import DeviceWorker, ModelKey
+from pool import ModelKey
+from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired

@@ -14,7 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from pool._private.worker import DeviceWorker, ModelKey
+from pool import ModelKey
+from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import RequestExpired

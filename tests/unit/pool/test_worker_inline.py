@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker, ModelKey
+from pool import ModelKey
+from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker
 from pool.device import DeviceSpec
 from tests.unit.pool.test_worker_cpu import config
 
@@ -76,7 +77,7 @@ async def test_a_stalling_model_never_runs_inline_again(probe_worker):
     probe.seen.clear()
     for _ in range(30):  # long enough for the cost estimate to fall back under 5 ms
         await w.infer(KEY, {"x": x})
-    assert w._models[KEY].ewma_row_s < 0.005
+    assert w.queues.models[KEY].ewma_row_s < 0.005
     assert all(_on_device_thread(probe.seen))  # disqualified for good
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from policies.priority import Priority
 from policies.spill import SpillConfig, SpillState, decide_spill, estimate_wait_s
-from pool._private.worker import RoutingStats
+from pool import RoutingStats
 
 P = Priority.INTERACTIVE
 

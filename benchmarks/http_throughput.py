@@ -1,0 +1,376 @@
+"""HTTP and handle throughput: Timeshare against the strongest stock Ray Serve deployment.
+
+    python -m benchmarks.http_throughput --json out.json [--model digits-small] [--quick]
+
+One Ray instance (``num_cpus=4``, the same Serve proxy) holds two apps over the same TorchScript
+file: ``timeshare`` (``router.app.build_app``, test environment, default settings: with no GPU the
+CPU pool runs in the ingress replica) and ``stock``, a ``@serve.deployment`` that parses the same
+KServe v2 JSON, runs the forward pass in-process on its event loop (the fastest stock shape for a
+model this small) and answers v2 JSON. A null server (fixed answers, no parsing) runs in its own
+process. The load client runs in another process: raw asyncio streams with keep-alive, so it is
+not the bottleneck on 2 cores; its own cost is the null server's figures.
+
+Arms: ``timeshare`` (cache bypassed: ``cache_skip_read``/``cache_skip_write``), ``timeshare_hit``
+(the same body as a cache hit), ``stock``, ``null``; over HTTP v2 JSON and over the handle
+(``infer.remote(InferenceRequest)`` vs the stock deployment's ``infer.remote(array)``), and the
+in-process forward pass.
+
+Runs: closed loop at concurrency 1 and 16 (``--closed-s`` each, after a warm-up), then an open
+loop rate sweep (Poisson arrivals, ``--open-s`` per rate) per HTTP arm; an arm's knee is the
+highest rate whose p99 stays under 100 ms with at least 95 % of the requests scheduled in the
+measured window answered.
+
+Targets (``meets_targets`` when all hold): HTTP p50 at concurrency 1 at most stock's + 1 ms;
+throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x stock's; knee at
+least stock's. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve environment settings (e.g.
+``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``) before Ray starts, for both apps alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks._http_client import LoadSpec, null_server, run_load
+from benchmarks._output import emit
+
+P99_LIMIT_MS = 100.0
+DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _repository(root: Path, model: str) -> tuple[Path, Path, dict]:
+    import yaml
+
+    from deploy.demo import build_demo_repository
+    from pool.repository import version_order
+
+    repo = root / "repo"
+    if (DEMO_REPO / model / "config.yaml").exists():
+        shutil.copytree(DEMO_REPO / model, repo / model)  # copy2 keeps mtimes: settled at once
+    else:
+        build_demo_repository(root / "_build", only=[model])
+        shutil.copytree(root / "_build" / model, repo / model)
+    cfg = yaml.safe_load((repo / model / "config.yaml").read_text())
+    versions = sorted((p for p in (repo / model).iterdir() if (p / "model.pt").exists()),
+                      key=lambda p: version_order(p.name))
+    return repo, versions[-1] / "model.pt", cfg
+
+
+def _stock_app(path: str, threads: int, model: str):
+    """What a capable user writes for one small TorchScript model: v2 JSON in and out, the
+    forward pass in-process (no thread hop: for a sub-millisecond model it is the fastest)."""
+    from ray import serve
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    @serve.deployment(name="Stock", max_ongoing_requests=512)
+    class Stock:
+        def __init__(self) -> None:
+            torch.set_num_threads(threads)
+            self.model = torch.jit.load(path, map_location="cpu").eval()
+
+        def _forward(self, x: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return self.model(torch.from_numpy(x)).numpy()
+
+        async def __call__(self, request: Request) -> Response:
+            body = json.loads(await request.body())
+            inp = body["inputs"][0]
+            x = np.asarray(inp["data"], dtype=np.float32).reshape(inp["shape"])
+            y = self._forward(x)
+            out = {"model_name": model, "outputs": [{"name": "logits", "datatype": "FP32",
+                                                     "shape": list(y.shape),
+                                                     "data": y.ravel().tolist()}]}
+            return Response(json.dumps(out), media_type="application/json")
+
+        async def infer(self, x: np.ndarray) -> np.ndarray:
+            return self._forward(x)
+
+    return Stock.bind()
+
+
+def _stats(lat_s: list[float], duration_s: float, n_errors: int) -> dict[str, Any]:
+    if not lat_s:
+        return {"n": 0, "n_errors": n_errors, "throughput_rps": 0.0}
+    ms = np.asarray(lat_s) * 1e3
+    return {"n": int(ms.size), "n_errors": n_errors,
+            "throughput_rps": round(ms.size / duration_s, 1),
+            "p50_ms": round(float(np.percentile(ms, 50)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3),
+            "mean_ms": round(float(ms.mean()), 3)}
+
+
+def _body(in_name: str, x: np.ndarray, *, bypass: bool) -> bytes:
+    body: dict[str, Any] = {"inputs": [{"name": in_name, "shape": list(x.shape),
+                                        "datatype": "FP32", "data": x.ravel().tolist()}]}
+    if bypass:
+        body["parameters"] = {"cache_skip_read": True, "cache_skip_write": True}
+    return json.dumps(body).encode()
+
+
+async def _handle_closed(call, concurrency: int, duration_s: float, warmup_s: float) -> dict:
+    import asyncio
+
+    lat: list[float] = []
+    start = time.perf_counter()
+    measure_from, stop = start + warmup_s, start + warmup_s + duration_s
+
+    async def worker() -> None:
+        while (t0 := time.perf_counter()) < stop:
+            await call()
+            if t0 >= measure_from:
+                lat.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return _stats(lat, duration_s, 0)
+
+
+def _forward_stats(path: Path, threads: int, x: np.ndarray, n: int = 2000) -> dict:
+    torch.set_num_threads(threads)
+    m = torch.jit.load(str(path), map_location="cpu").eval()
+    t = torch.from_numpy(x)
+    with torch.inference_mode():
+        for _ in range(50):
+            m(t)
+        lat = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            m(t)
+            lat.append(time.perf_counter() - t0)
+    return _stats(lat, sum(lat), 0)
+
+
+def _knee(sweep: dict[str, dict]) -> float:
+    """The highest rate whose p99 is under the limit with >= 95 % of its requests answered."""
+    ok = [float(r) for r, s in sweep.items()
+          if s.get("p99_ms", 1e9) < P99_LIMIT_MS and s["n"] >= 0.95 * s["scheduled"]]
+    return max(ok, default=0.0)
+
+
+def _targets(http: dict, knees: dict) -> dict[str, Any]:
+    c1 = {a: http[a]["c1"] for a in http}
+    c16 = {a: http[a]["c16"] for a in http}
+    overhead = round(c1["timeshare"]["p50_ms"] - c1["stock"]["p50_ms"], 3)
+    ratio = round(c16["timeshare"]["throughput_rps"] / c16["stock"]["throughput_rps"], 3)
+    hit = round(c16["timeshare_hit"]["throughput_rps"] / c16["stock"]["throughput_rps"], 3)
+    knee = round(knees["timeshare"] / knees["stock"], 3) if knees["stock"] else None
+    out = {
+        "p50_overhead_c1_ms": {"value": overhead, "target": "<= 1.0", "met": overhead <= 1.0},
+        "throughput_c16_vs_stock": {"value": ratio, "target": ">= 1.0", "met": ratio >= 1.0},
+        "cache_hit_throughput_c16_vs_stock": {"value": hit, "target": ">= 2.0", "met": hit >= 2.0},
+        "knee_vs_stock": {"value": knee, "target": ">= 1.0",
+                          "met": knee is not None and knee >= 1.0},
+        "stretch_http_p50_c1_ms": {"value": c1["timeshare"]["p50_ms"], "target": "<= 3.0",
+                                   "met": c1["timeshare"]["p50_ms"] <= 3.0},
+    }
+    return out
+
+
+def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
+    """Closed loop at c=1 and c=16 for every arm, then the open-loop sweep per server arm."""
+    http: dict[str, dict] = {}
+    for arm in arms:
+        http[arm] = {}
+        for c in (1, 16):
+            r = load(arm, duration_s=args.closed_s, concurrency=c, warmup_s=1.0)
+            http[arm][f"c{c}"] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
+                                  "errors": r["errors"]}
+    sweeps: dict[str, dict] = {}
+    for arm in ("timeshare", "timeshare_hit", "stock"):
+        sweeps[arm] = {}
+        for rate in args.rates:
+            r = load(arm, duration_s=args.open_s, rate=rate, warmup_s=0.5)
+            sweeps[arm][str(rate)] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
+                                      "scheduled": r["scheduled"]}
+            over = [v.get("p99_ms", 1e9) >= P99_LIMIT_MS for v in sweeps[arm].values()]
+            if len(over) >= 2 and over[-1] and over[-2]:
+                break  # two rates past the knee in a row: higher ones only queue more
+    return http, sweeps
+
+
+def _handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
+    import asyncio
+
+    from ray import serve
+
+    from router.schemas import CacheControl, InferenceRequest
+
+    ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
+    bypass = CacheControl(skip_read=True, skip_write=True)
+    calls = {
+        "timeshare": lambda: ts.infer.remote(InferenceRequest(
+            model=args.model, inputs={in_name: x}, cache=bypass)),
+        "timeshare_hit": lambda: ts.infer.remote(InferenceRequest(
+            model=args.model, inputs={in_name: x})),
+        "stock": lambda: stock.infer.remote(x),
+    }
+    return {a: {f"c{c}": asyncio.run(_handle_closed(calls[a], c, args.handle_s, 1.0))
+                for c in (1, 16)} for a in calls}
+
+
+def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
+                       threads: int, client, null_port: int) -> dict[str, Any]:
+    import ray
+    from ray import serve
+
+    from router.app import build_app
+
+    port = _free_port()
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app({"repository": str(repo), "environment": "test"}),
+                  name="timeshare", route_prefix="/")
+        serve.run(_stock_app(str(path), threads, args.model), name="stock",
+                  route_prefix="/stock")
+        ts_path = f"/v2/models/{args.model}/infer"
+        targets = {
+            "timeshare": (port, ts_path, _body(in_name, x, bypass=True)),
+            "timeshare_hit": (port, ts_path, _body(in_name, x, bypass=False)),
+            "stock": (port, "/stock", _body(in_name, x, bypass=False)),
+            "null": (null_port, "/", _body(in_name, x, bypass=False)),
+        }
+
+        def load(arm: str, **kw) -> dict:
+            p, route, body = targets[arm]
+            return client.submit(run_load, LoadSpec("127.0.0.1", p, route, body, **kw)).result()
+
+        _wait_ready(load)
+        answers = {a: json.loads(load(a, duration_s=0.5, warmup_s=0.5)["body"])
+                   for a in ("timeshare", "timeshare_hit", "stock")}
+        same = {a: bool(np.allclose(answers[a]["outputs"][0]["data"],
+                                    answers["stock"]["outputs"][0]["data"], atol=1e-4))
+                for a in answers}
+        http, sweeps = _http_runs(load, args, targets)
+        handle = _handle_runs(args, in_name, x)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return {"http": http, "sweeps": sweeps, "handle": handle, "same": same,
+            "ray": ray.__version__}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from pool.service import cpu_threads_per_replica
+
+    tmp = Path(tempfile.mkdtemp(prefix="timeshare-http-"))
+    repo, path, cfg = _repository(tmp, args.model)
+    in_name, shape = cfg["inputs"][0]["name"], [int(d) for d in cfg["inputs"][0]["shape"]]
+    x = np.random.default_rng(0).standard_normal([1, *shape]).astype(np.float32)
+    threads = cpu_threads_per_replica(1)
+    forward = _forward_stats(path, threads, x)
+    for kv in args.ray_env:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
+    ctx = mp.get_context("spawn")
+    null_port = _free_port()
+    ready = ctx.Event()
+    null_proc = ctx.Process(target=null_server, args=(null_port, ready), daemon=True)
+    null_proc.start()
+    ready.wait(30)
+    client = ProcessPoolExecutor(1, mp_context=ctx)
+    try:
+        m = _serve_and_measure(args, repo, path, in_name, x, threads, client, null_port)
+    finally:
+        client.shutdown()
+        null_proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _report(args, forward, m)
+
+
+def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
+    http, handle = m["http"], m["handle"]
+    knees = {a: _knee(s) for a, s in m["sweeps"].items()}
+    checks = _targets(http, knees)
+    return {
+        "benchmark": "http_throughput",
+        "model": args.model,
+        "ray_env": list(args.ray_env),
+        "forward_in_process": forward,
+        "http": http,
+        "client_overhead": {"null_c1_p50_ms": http["null"]["c1"]["p50_ms"],
+                            "null_c16_rps": http["null"]["c16"]["throughput_rps"]},
+        "open_loop": m["sweeps"],
+        "knee_rps": knees,
+        "handle": handle,
+        "ratios": {
+            "http_c1_p50_vs_stock": round(http["timeshare"]["c1"]["p50_ms"]
+                                          / http["stock"]["c1"]["p50_ms"], 3),
+            "http_c16_rps_vs_stock": checks["throughput_c16_vs_stock"]["value"],
+            "http_hit_c16_rps_vs_stock": checks["cache_hit_throughput_c16_vs_stock"]["value"],
+            "handle_c1_p50_vs_stock": round(handle["timeshare"]["c1"]["p50_ms"]
+                                            / handle["stock"]["c1"]["p50_ms"], 3),
+            "handle_c16_rps_vs_stock": round(handle["timeshare"]["c16"]["throughput_rps"]
+                                             / handle["stock"]["c16"]["throughput_rps"], 3),
+            "knee_vs_stock": checks["knee_vs_stock"]["value"],
+        },
+        "answers_match_stock": m["same"],
+        "targets": checks,
+        "meets_targets": all(v["met"] for k, v in checks.items() if not k.startswith("stretch")),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "torch": torch.__version__, "ray": m["ray"]},
+    }
+
+
+def _wait_ready(load, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            r = load("timeshare", duration_s=0.2, warmup_s=0.0)
+            if r["latencies_s"]:
+                return
+            last = "; ".join(r["errors"]) or last
+        except Exception as e:  # noqa: BLE001 - the proxy or the app is still starting
+            last = f"{type(e).__name__}: {e}"
+        time.sleep(0.5)
+    raise TimeoutError(f"timeshare app not serving within {timeout_s:.0f}s ({last})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", help="also write the JSON object to this file")
+    p.add_argument("--model", default="digits-small")
+    p.add_argument("--closed-s", type=float, default=5.0, help="seconds per closed-loop run")
+    p.add_argument("--open-s", type=float, default=4.0, help="seconds per open-loop rate")
+    p.add_argument("--handle-s", type=float, default=3.0, help="seconds per handle run")
+    p.add_argument("--rates", type=float, nargs="+", default=[25, 50, 75, 100, 125, 150, 200, 250])
+    p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--quick", action="store_true", help="short runs (smoke test)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.closed_s, args.open_s, args.handle_s, args.rates = 1.5, 1.5, 1.0, [50, 150]
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)  # Ray echoes lines on stdout; keep it for the one JSON object
+    try:
+        result = run(args)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

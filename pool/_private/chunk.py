@@ -1,0 +1,198 @@
+"""The chunk runner: one forward pass of a chunk of rows on the device (the execute step).
+
+Runs on the device thread (one per device, so chunks never overlap on the device) or, for small
+CPU chunks, inline on the event loop (see ``DeviceSpec.inline_ms``); on CUDA on a stream whose
+priority follows the request class. A pending swap-in's copy runs in the same device call; CUDA
+out of memory evicts every idle model and retries once. Also the load-time warm-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import nn
+
+from policies.priority import Priority
+from pool._private.queue import ModelQueue, Pending
+from pool._private.residency import Residency, SwapIn
+from pool.config import ModelConfig
+from pool.device import DeviceSpec
+from pool.errors import DeviceOutOfMemory
+
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ChunkOutput", "ChunkRunner", "device_thread",
+           "name_outputs", "warm_up"]
+
+INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
+INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkOutput:
+    """What one chunk produced: named CPU outputs for its ``rows`` and where the time went
+    (``device_s`` measured in the device call, so thread hops do not count as compute)."""
+
+    outputs: dict[str, torch.Tensor]
+    rows: int
+    device_s: float
+    copy_s: float
+    compute_s: float
+    swap_s: float
+    inline: bool
+
+
+def device_thread(device: DeviceSpec) -> ThreadPoolExecutor:
+    """The one thread that touches the device. torch's intra-op thread count is per OS thread,
+    so it is set there (a fresh thread would default to all cores and oversubscribe them)."""
+    threads = device.threads or torch.get_num_threads()
+    return ThreadPoolExecutor(1, thread_name_prefix=f"timeshare-{device.label}",
+                              initializer=torch.set_num_threads, initargs=(threads,))
+
+
+class ChunkRunner:
+    """Executes chunks for one ``DeviceWorker`` over its residency tiers and device thread."""
+
+    def __init__(self, device: DeviceSpec, tiers: Residency, executor: ThreadPoolExecutor) -> None:
+        self.device = device
+        self.tiers = tiers
+        self._executor = executor
+        self._threads = device.threads or torch.get_num_threads()
+        # Inline chunks are a CPU-only shortcut: CUDA work stays on the device thread's streams.
+        self.inline_s = device.inline_ms / 1e3 if device.kind == "cpu" else 0.0
+        self._streams = tiers.compute_streams  # the streams its swap-in copies order (residency)
+
+    def in_device_thread(self, fn, *args):
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def runs_inline(self, entry: ModelQueue, rows: int, swap: SwapIn | None) -> bool:
+        """Run this chunk on the loop thread? (see DeviceSpec.inline_ms)"""
+        if (self._streams is not None or not self.inline_s or not entry.inline_ok
+                or entry.thread_runs < INLINE_AFTER_RUNS):
+            return False
+        estimate = rows * entry.ewma_row_s
+        if swap is not None:
+            estimate += self.tiers.copy_cost_s(swap)
+        return estimate <= self.inline_s
+
+    async def run(self, name: str, entry: ModelQueue, parts: list[tuple[Pending, int, int]],
+                  priority: Priority, swap: SwapIn | None, swap_s: float) -> ChunkOutput:
+        """Run ``parts`` (request, first row, rows) of ``name`` as one forward pass."""
+        module = self.tiers.module(name)
+        dev = self.device.torch_device
+        rows = sum(n for _, _, n in parts)
+        if len(parts) == 1 and parts[0][1] == 0 and parts[0][2] == parts[0][0].rows:
+            args = [parts[0][0].inputs[t.name] for t in entry.config.inputs]  # whole request
+        else:
+            args = [torch.cat([p.inputs[t.name][s: s + n] for p, s, n in parts])
+                    for t in entry.config.inputs]
+        stream = self._streams[priority] if self._streams else None
+        copy = partial(self.tiers.copy, swap) if swap is not None else None
+        inline = self.runs_inline(entry, rows, swap)
+        with self.tiers.memory.running(name):
+            t0 = time.perf_counter()
+            try:
+                if inline:
+                    raw, device_s, copy_s = self._inline(_forward, module, args, dev, None, copy)
+                else:
+                    raw, device_s, copy_s = await self.in_device_thread(
+                        _forward, module, args, dev, stream, copy)
+            except torch.cuda.OutOfMemoryError:
+                # Only the forward pass allocates (the copy's region was reserved beforehand),
+                # so the weights are in place: record the swap, then evict and retry once.
+                if swap is not None:
+                    swap_s += self.tiers.swapped(swap, 0.0)
+                    swap = None
+                raw, device_s = await self._retry_after_oom(name, module, args, dev, stream)
+                copy_s = 0.0
+            except BaseException:
+                if swap is not None:
+                    self.tiers.abort(swap)  # the weights may be half-copied: never run them
+                raise
+            if swap is not None:
+                swap_s += self.tiers.swapped(swap, copy_s)
+            compute_s = time.perf_counter() - t0 - copy_s
+        self.tiers.memory.touch(name)
+        return ChunkOutput(name_outputs(entry.config, raw), rows, device_s, copy_s, compute_s,
+                           swap_s, inline)
+
+    def _inline(self, fn, *args):
+        """Call ``fn`` on this thread with the device's torch thread count (per OS thread in
+        torch), restoring the caller's afterwards."""
+        prev = torch.get_num_threads()
+        if prev != self._threads:
+            torch.set_num_threads(self._threads)
+        try:
+            return fn(*args)
+        finally:
+            if prev != self._threads:
+                torch.set_num_threads(prev)
+
+    async def _retry_after_oom(self, name, module, args, dev, stream) -> tuple[object, float]:
+        """CUDA out of memory: evict every idle model and run the chunk once more."""
+        self.tiers.evict_idle(keep=name)
+        torch.cuda.empty_cache()
+        try:
+            raw, device_s, _ = await self.in_device_thread(_forward, module, args, dev, stream)
+        except torch.cuda.OutOfMemoryError as e:
+            raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
+        return raw, device_s
+
+
+def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream,
+             copy: Callable[[], float] | None = None) -> tuple[object, float, float]:
+    """Run one chunk, after ``copy()`` (a pending swap-in's copy) when given; returns the CPU
+    outputs, the seconds the forward pass took in this thread, and the seconds of the copy."""
+    copy_s = copy() if copy is not None else 0.0
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        if stream is None:
+            out = _to_cpu(module(*[a.to(dev) for a in args]))
+        else:
+            with torch.cuda.stream(stream):
+                out = module(*[a.to(dev, non_blocking=True) for a in args])
+                out = _to_cpu(out)
+            stream.synchronize()
+    return out, time.perf_counter() - t0, copy_s
+
+
+def _to_cpu(raw):
+    if isinstance(raw, torch.Tensor):
+        return raw.cpu()
+    if isinstance(raw, dict):
+        return {k: v.cpu() for k, v in raw.items()}
+    return tuple(v.cpu() for v in raw)
+
+
+# TorchScript's profiling executor profiles a module's first passes and optimises after them
+# (a 13.7 MB transformer encoder: ~250 ms, then ~200 ms, then 4 ms). The host tier keeps the
+# module object, so paying them once at load keeps them off every request, swaps included.
+_WARM_UP_PASSES = 2
+
+
+def warm_up(module: nn.Module, config: ModelConfig) -> None:
+    """Run the model's first passes on zeros of its declared shapes (validates it, too)."""
+    args = [
+        torch.zeros((1, *[d if d > 0 else 1 for d in spec.shape]),
+                    dtype=getattr(torch, spec.numpy_dtype))
+        for spec in config.inputs
+    ]
+    with torch.inference_mode():
+        for _ in range(_WARM_UP_PASSES):
+            name_outputs(config, module(*args))
+
+
+def name_outputs(config: ModelConfig, raw) -> dict[str, torch.Tensor]:
+    """The model's raw outputs named by the config's ``outputs``."""
+    names = [t.name for t in config.outputs]
+    if isinstance(raw, torch.Tensor):
+        raw = (raw,)
+    if isinstance(raw, dict):
+        return {n: raw[n] for n in names}
+    if len(raw) != len(names):
+        raise ValueError(f"model returned {len(raw)} outputs, config declares {names}")
+    return dict(zip(names, raw))

@@ -1,0 +1,183 @@
+"""The device worker's queue state: per-model queues, their cost estimates, and snapshots.
+
+Owned by one ``DeviceWorker`` and touched only on its event loop. The scheduling policy sees it
+as an immutable ``SchedulerSnapshot``; routing stats are computed from the same snapshot with
+the one queue-delay model in ``policies.estimates``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from policies.estimates import ewma
+from policies.priority import Priority
+from policies.scheduling import ModelView, RequestView, ScheduleDecision
+from pool.config import ModelConfig
+from pool.errors import RequestExpired
+from pool.types import ModelKey
+
+__all__ = ["INITIAL_ROW_S", "ModelQueue", "Pending", "QueueState"]
+
+INITIAL_ROW_S = 0.0005  # per-row cost assumed before a model's first run
+
+
+@dataclass(slots=True)
+class Pending:
+    """One queued request and what has run of it so far."""
+
+    id: int
+    key: ModelKey
+    inputs: dict[str, torch.Tensor]
+    rows: int
+    priority: Priority
+    deadline: float | None
+    arrival: float
+    future: asyncio.Future = field(repr=False)
+    done: int = 0
+    parts: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    compute_s: float = 0.0
+    swap_s: float = 0.0
+    first_start: float | None = None
+    batch: int = 0
+
+
+@dataclass(slots=True)
+class ModelQueue:
+    """One model's queue and its measured costs."""
+
+    config: ModelConfig
+    queue: list[Pending] = field(default_factory=list)
+    ewma_row_s: float = INITIAL_ROW_S
+    measured_at: float | None = None  # clock time of the last measurement of ewma_row_s
+    last_arrival: float | None = None
+    ewma_gap_s: float = float("inf")  # inter-arrival time: does waiting for a batch pay?
+    thread_runs: int = 0  # chunks measured on the device thread
+    inline_ok: bool = True  # False for good once a chunk stalled (see DeviceSpec.inline_ms)
+
+    def arrived(self, now: float) -> None:
+        if self.last_arrival is not None:
+            self.ewma_gap_s = ewma(self.ewma_gap_s, now - self.last_arrival)
+        self.last_arrival = now
+
+
+class QueueState:
+    """Every model's queue on one device, bounded by ``max_queue`` requests in all."""
+
+    def __init__(self, max_queue: int, label: str = "") -> None:
+        self.label = label
+        self.models: dict[ModelKey, ModelQueue] = {}
+        self.by_name: dict[str, ModelKey] = {}
+        self._ids = itertools.count()
+        self._max_queue = max_queue
+
+    def add(self, key: ModelKey, config: ModelConfig) -> None:
+        self.models[key] = ModelQueue(config=config)
+        self.by_name[str(key)] = key
+
+    def remove(self, key: ModelKey) -> ModelQueue | None:
+        self.by_name.pop(str(key), None)
+        return self.models.pop(key, None)
+
+    def entry(self, name: str) -> ModelQueue | None:
+        key = self.by_name.get(name)
+        return self.models.get(key) if key is not None else None
+
+    def submit(self, key: ModelKey, inputs: dict[str, torch.Tensor], priority: Priority,
+               deadline: float | None, now: float, future: asyncio.Future) -> Pending:
+        """Queue a request (the caller checked the model is registered)."""
+        if sum(len(e.queue) for e in self.models.values()) >= self._max_queue:
+            raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
+        rows = int(next(iter(inputs.values())).shape[0])
+        p = Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline, now, future)
+        entry = self.models[key]
+        entry.arrived(now)
+        entry.queue.append(p)
+        return p
+
+    def model_views(self, *, resident, swap_cost_s, stale) -> tuple[ModelView, ...]:
+        """The queues as the scheduling policy sees them (cancelled requests dropped).
+
+        Only models with queued requests are described: an idle model cannot be chosen, and
+        with many models registered (most of them idle) this keeps each decision cheap. A stale
+        cost estimate is shown as the initial one, so expiry does not refuse on it.
+        """
+        models = []
+        for key, entry in self.models.items():
+            if not entry.queue:
+                continue
+            entry.queue = [p for p in entry.queue if not p.future.done()]
+            if not entry.queue:
+                continue
+            name = str(key)
+            reqs = tuple(
+                RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows - p.done, p.done > 0)
+                for p in entry.queue
+            )
+            models.append(ModelView(
+                name, resident(name), reqs, entry.config.max_batch_size,
+                entry.config.batch_wait_ms / 1e3,
+                INITIAL_ROW_S if stale(entry) else entry.ewma_row_s,
+                swap_cost_s(name), entry.ewma_gap_s,
+            ))
+        return tuple(models)
+
+    def chosen(self, d: ScheduleDecision) -> list[Pending]:
+        """The decision's requests, in the decision's order."""
+        entry = self.entry(d.model or "")
+        if entry is None:
+            return []
+        order = {rid: i for i, rid in enumerate(d.request_ids)}
+        return sorted((p for p in entry.queue if p.id in order), key=lambda p: order[p.id])
+
+    def expire(self, ids: tuple[int, ...]) -> int:
+        """Answer ``ids`` with RequestExpired (not run); returns how many were dropped."""
+        if not ids:
+            return 0
+        wanted, dropped = set(ids), 0
+        for entry in self.models.values():
+            keep = []
+            for p in entry.queue:
+                if p.id in wanted:
+                    fail(p, RequestExpired(f"{p.key}: deadline cannot be met (not run)"))
+                    dropped += 1
+                else:
+                    keep.append(p)
+            entry.queue = keep
+        return dropped
+
+    def queued_classes(self) -> dict[str, Priority]:
+        """The most urgent queued class of each model with work (eviction rights)."""
+        return {str(k): min(p.priority for p in e.queue)
+                for k, e in self.models.items() if e.queue}
+
+    def has_started(self, name: str) -> bool:
+        """A request of ``name`` has run a chunk and is not finished (preempted if left)."""
+        entry = self.entry(name)
+        return bool(entry and any(p.done > 0 and not p.future.done() for p in entry.queue))
+
+    def fail_all(self, error: BaseException) -> None:
+        for entry in self.models.values():
+            for p in entry.queue:
+                fail(p, error)
+
+    @staticmethod
+    def take_rows(chosen: list[Pending], budget: int) -> list[tuple[Pending, int, int]]:
+        """(request, first row, rows) parts of up to ``budget`` rows, in order."""
+        parts = []
+        for p in chosen:
+            if budget <= 0:
+                break
+            n = min(p.rows - p.done, budget)
+            if n > 0:
+                parts.append((p, p.done, n))
+                budget -= n
+        return parts
+
+
+def fail(p: Pending, error: BaseException) -> None:
+    if not p.future.done():
+        p.future.set_exception(error)

@@ -1,0 +1,55 @@
+"""Public pool types: a model's key on a device, one request's result, a replica's load view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ModelKey", "RoutingStats", "WorkResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelKey:
+    name: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkResult:
+    """Outputs (CPU tensors, this request's rows only) and where the time went."""
+
+    outputs: dict[str, torch.Tensor]
+    queue_ms: float
+    compute_ms: float
+    swap_ms: float
+    batch_size: int
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingStats:
+    """What a replica publishes for request routing and spill decisions."""
+
+    device: str
+    resident: frozenset[str]
+    queue_delay_s: tuple[float, float, float, float]  # estimated wait per Priority value
+    queue_depth: tuple[int, int, int, int]
+    memory_free_bytes: int
+    memory_total_bytes: int
+    hosted: frozenset[str] = frozenset()  # models in the host tier (cheap swap-in)
+
+    def to_dict(self) -> dict:
+        """Plain form for Ray Serve's ``record_routing_stats`` (read by the request router)."""
+        return {
+            "device": self.device,
+            "resident": sorted(self.resident),
+            "hosted": sorted(self.hosted),
+            "queue_delay_s": list(self.queue_delay_s),
+            "queue_depth": list(self.queue_depth),
+            "memory_free_bytes": self.memory_free_bytes,
+            "memory_total_bytes": self.memory_total_bytes,
+        }

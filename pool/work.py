@@ -1,0 +1,110 @@
+"""The one typed object each way between the router and a pool replica.
+
+:class:`PoolWork` is built once per model call by the router, after the model was resolved and
+the inputs validated, and travels unchanged to the replica (through a Ray handle, or in-process);
+the replica answers with one :class:`PoolReply` carrying outputs, timings and where it ran. The
+pools' request router reads the model and class from the ``PoolWork`` itself (typed, no sniffing).
+
+A request the pool does not run for an expected reason (its deadline cannot be met, the device is
+out of memory, the model is not loaded here, the queue is full) crosses as a :class:`PoolRefusal`
+value, not as an exception: Ray Serve would log every raised exception with its formatted
+traceback and pickle it back, which under overload costs the replica time exactly when it has
+none (and expiries are the overload path). :func:`unwrap` on the caller's side turns a refusal
+back into the same exception type, so callers handle one set of errors either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.priority import Priority
+from pool.config import ModelConfig
+from pool.errors import DeviceOutOfMemory, ModelNotLoaded, RequestExpired
+
+__all__ = ["PoolRefusal", "PoolReply", "PoolWork", "unwrap"]
+
+# Refusal kind <-> exception type. Anything else a pool raises is a real failure and is raised.
+_REFUSALS: dict[str, type[Exception]] = {
+    "expired": RequestExpired,
+    "out_of_memory": DeviceOutOfMemory,
+    "not_loaded": ModelNotLoaded,
+    "queue_full": asyncio.QueueFull,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolWork:
+    """One model call: the resolved model, validated inputs, class, deadline and caller.
+
+    ``deadline_at`` and ``arrived_at`` are wall-clock (``time.time()``) seconds so they mean the
+    same on every host of a cluster; a replica turns the deadline into its own clock with
+    :meth:`remaining_s`. ``deadline_at`` is this hop's deadline (the chain runner keeps time back
+    for fallbacks), not the request's. ``config`` is the router's resolved config; it is not
+    sent over the wire (the replica holds the same config for the version it loaded), which
+    keeps the per-request pickle small.
+    """
+
+    model: str
+    version: str | None  # None (callers outside the router only): the replica's default
+    inputs: Mapping[str, np.ndarray]
+    priority: Priority
+    deadline_at: float
+    arrived_at: float
+    caller: str = "anonymous"
+    request_id: str = ""
+    config: ModelConfig | None = None
+
+    def remaining_s(self, now: float | None = None) -> float:
+        """Seconds left before ``deadline_at`` (``now``: wall-clock seconds, default now)."""
+        return self.deadline_at - (time.time() if now is None else now)
+
+    def __reduce__(self):
+        # Positional rebuild without the config: the wire form is the data the replica needs.
+        return (PoolWork, (self.model, self.version, self.inputs, self.priority,
+                           self.deadline_at, self.arrived_at, self.caller, self.request_id))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReply:
+    """A pool's answer: this request's outputs, the version that ran, and where time went."""
+
+    model: str
+    version: str
+    outputs: dict[str, np.ndarray]
+    queue_ms: float
+    compute_ms: float
+    swap_ms: float
+    device: str
+    batch_size: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRefusal:
+    """The pool did not run the request: ``kind`` is one of ``expired``, ``out_of_memory``,
+    ``not_loaded``, ``queue_full``; ``message`` says which model and why."""
+
+    kind: str
+    message: str
+
+    def error(self) -> Exception:
+        return _REFUSALS[self.kind](self.message)
+
+    @classmethod
+    def of(cls, error: BaseException) -> PoolRefusal | None:
+        """The refusal for an expected pool error, None for anything else."""
+        for kind, etype in _REFUSALS.items():
+            if isinstance(error, etype):
+                return cls(kind, str(error))
+        return None
+
+
+def unwrap(reply: PoolReply | PoolRefusal) -> PoolReply:
+    """The reply, or the refusal raised as its exception type."""
+    if isinstance(reply, PoolRefusal):
+        raise reply.error()
+    return reply

@@ -1,0 +1,151 @@
+"""How the router calls a pool: one ``PoolClient`` protocol, remote (Ray handle) or in-process.
+
+The pipeline builds one :class:`pool.work.PoolWork` per model call and hands it to a client; the
+client returns the pool's :class:`pool.work.PoolReply` (timings included) or raises the pool's
+refusal as its exception. :class:`PoolExecutor` is the fallback chain's ``ModelExecutor`` over
+these clients: the primary call runs the request's own work as is (resolved and validated once
+by the pipeline); a fallback to another model resolves and validates for that model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fallbacks import FallbackRequest, ModelReply, RetryBudget, retry_call
+from fallbacks.deadline import Deadline
+from pool.work import PoolReply, PoolWork, unwrap
+from router.catalog import ModelCatalog
+from router.errors import TimeshareError
+from router.validation import validate_inputs
+
+if TYPE_CHECKING:
+    from pool.host import ModelHost, ModelIndexEntry
+    from pool.service import PoolService
+    from pool.types import RoutingStats
+
+__all__ = ["LocalPoolClient", "PoolClient", "PoolExecutor", "RemotePoolClient", "RoutedRequest"]
+
+
+class PoolClient(Protocol):
+    """One pool as the router sees it."""
+
+    async def run(self, work: PoolWork) -> PoolReply:
+        """Run ``work``; raises RequestExpired, DeviceOutOfMemory, ModelNotLoaded, QueueFull."""
+        ...
+
+    async def index(self) -> dict[str, ModelIndexEntry]: ...
+
+    async def status(self) -> dict: ...
+
+    async def routing_stats(self) -> RoutingStats: ...
+
+    async def sync(self) -> None: ...
+
+
+class RemotePoolClient:
+    """A pool deployment behind its handle (the pools' request router picks the replica)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+        self._infer = handle.infer  # bound once: attribute lookup on a handle builds a new one
+
+    async def run(self, work: PoolWork) -> PoolReply:
+        return unwrap(await self._infer.remote(work))
+
+    async def index(self) -> dict[str, ModelIndexEntry]:
+        return await self._h.index.remote()
+
+    async def status(self) -> dict:
+        return await self._h.status.remote()
+
+    async def routing_stats(self) -> RoutingStats:
+        return await self._h.routing_stats.remote()
+
+    async def sync(self) -> None:
+        await self._h.sync_now.remote()
+
+
+class LocalPoolClient:
+    """A pool in this process: a ``PoolService`` (``cpu_pool.placement: ingress``), or a bare
+    ``ModelHost`` (tests and benchmarks) whose owner keeps it in step with the repository."""
+
+    def __init__(self, target: PoolService | ModelHost, name: str = "cpu") -> None:
+        from pool.service import PoolService
+
+        self.service = target if isinstance(target, PoolService) else None
+        self.host = target.host if isinstance(target, PoolService) else target
+        self.name = name
+
+    async def run(self, work: PoolWork) -> PoolReply:
+        return await self.host.run(work)
+
+    async def index(self) -> dict[str, ModelIndexEntry]:
+        return self.host.index()
+
+    async def status(self) -> dict:
+        return {"pool": self.name, **self.host.status()}
+
+    async def routing_stats(self) -> RoutingStats:
+        return self.host.worker.routing_stats()
+
+    async def sync(self) -> None:
+        if self.service is not None:
+            await self.service.sync()
+        else:
+            await self.host.sync()
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedRequest(FallbackRequest):
+    """What the chain runner carries for a routed request: the fallback view (inputs, text,
+    caller) plus the primary call's resolved, validated ``work``."""
+
+    work: PoolWork = field(kw_only=True)
+
+
+class PoolExecutor:
+    """Calls pools for the chain runner. A lost replica or transport error (idempotent: the
+    model did not answer) is retried within the hop's budget, bounded by ``retry_budget``
+    (retries at most ``ratio`` of requests); timeouts and model errors are not retried."""
+
+    def __init__(self, catalog: ModelCatalog, pools: Mapping[str, PoolClient], *,
+                 retry_budget: RetryBudget | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._catalog = catalog
+        self._pools = pools
+        self._retry = retry_budget or RetryBudget(ratio=0.1, max_tokens=10)
+        self._clock = clock
+        self._wall = wall
+
+    async def call_model(self, request: FallbackRequest, *, model: str, version: str | None,
+                         pool: str, budget_s: float) -> ModelReply:
+        assert isinstance(request, RoutedRequest), "the pipeline sends RoutedRequest"
+        work = await self._work_for(request, model, version)
+        client = self._pools.get(pool) or self._pools["cpu"]
+        deadline = Deadline(at=self._clock() + budget_s, clock=self._clock)
+        hop = dataclasses.replace(work, deadline_at=self._wall() + budget_s)
+
+        async def attempt() -> PoolReply:
+            return await client.run(hop)
+
+        reply = await retry_call(attempt, deadline=deadline, budget=self._retry, max_attempts=2)
+        return ModelReply(outputs=reply.outputs, version=reply.version, queue_ms=reply.queue_ms,
+                          compute_ms=reply.compute_ms, swap_ms=reply.swap_ms)
+
+    async def _work_for(self, request: RoutedRequest, model: str,
+                        version: str | None) -> PoolWork:
+        work = request.work
+        if model == work.model and version in (None, work.version):
+            return work  # the primary (or a step naming the same model): resolved once
+        entry, version = await self._catalog.resolve(model, version)
+        try:  # a fallback model's schema is config, not caller input: a mismatch is a failure
+            inputs = validate_inputs(entry.config, dict(request.inputs))
+        except TimeshareError as e:
+            raise RuntimeError(f"fallback model {model!r} cannot take these inputs: {e}") from e
+        return dataclasses.replace(work, model=model, version=version, inputs=inputs,
+                                   config=entry.config)
