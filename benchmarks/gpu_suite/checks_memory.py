@@ -11,8 +11,9 @@ from torch import nn
 
 from benchmarks.gpu_suite._env import Env, check, linear_stack, model_bytes
 from benchmarks.gpu_suite.checks import config
+from pool import ModelKey
 from pool._private.device_memory import ArenaMemory
-from pool._private.worker import DeviceWorker, ModelKey
+from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory
 

@@ -34,7 +34,8 @@ from benchmarks.gpu_suite.colocation_arms import (
     make_trace,
     summarize,
 )
-from pool._private.worker import DeviceWorker, ModelKey
+from pool import ModelKey
+from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
 
 __all__ = ["Colo", "run_colocation"]
