@@ -148,10 +148,14 @@ def _dispatch(name: str, target: str | dict[str, str], rest: list[str]) -> int:
     return _load(target[rest[0]])(rest[1:])
 
 
-def _load(path: str) -> Callable[[list[str]], int]:
-    from pool.loader import resolve_callable
+# The CLI's own packages: subcommand paths are code constants, the allowlist keeps them that way.
+_SUBCOMMAND_MODULES = ("deploy", "alerting", "router")
 
-    return resolve_callable(path, what="subcommand")
+
+def _load(path: str) -> Callable[[list[str]], int]:
+    from pool.trust import ModuleAllowlist, resolve_callable
+
+    return resolve_callable(path, allow=ModuleAllowlist(_SUBCOMMAND_MODULES), what="subcommand")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rule_engine import RuleEngine
 from fallbacks.throttle import AdaptiveThrottle
 from pool.config import FallbackStep
+from pool.trust import ModuleAllowlist
 from router.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 
 __all__ = [
@@ -101,9 +102,12 @@ class CompiledStep:
 
 
 def compile_chain(
-    steps: Sequence[FallbackStep], *, callable_timeout_ms: float = 50.0, where: str = "fallback"
+    steps: Sequence[FallbackStep], *, callable_timeout_ms: float = 50.0, where: str = "fallback",
+    allow: ModuleAllowlist = ModuleAllowlist(),
 ) -> tuple[CompiledStep, ...]:
     """Validate a model's fallback chain (rules, static outputs) once, at config load.
+
+    Rule callables resolve only inside ``allow``, the operator's module allowlist.
 
     Raises ``RuleConfigError`` / ``ValueError`` naming e.g. ``fallback[2].rules[0]``.
     """
@@ -115,6 +119,7 @@ def compile_chain(
                 callable_path=s.callable,
                 callable_timeout_ms=callable_timeout_ms,
                 where=f"{where}[{i}].rules",
+                allow=allow,
             )
             out.append(CompiledStep("rules", engine=engine))
         elif s.kind == "default":

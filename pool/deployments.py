@@ -11,6 +11,7 @@ from typing import Any
 from ray import serve
 
 from pool.service import PoolService
+from pool.trust import TrustSettings
 
 __all__ = ["PoolDeployment"]
 
@@ -18,9 +19,11 @@ __all__ = ["PoolDeployment"]
 @serve.deployment(name="Pool", max_ongoing_requests=256)
 class PoolDeployment:
     async def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any],
-                       poll_interval_s: float = 1.0, replicas: int = 1) -> None:
+                       poll_interval_s: float = 1.0, replicas: int = 1,
+                       trust: TrustSettings | None = None) -> None:
         self.service = PoolService(pool, repository, state_dir, device,
-                                   poll_interval_s=poll_interval_s, replicas=replicas)
+                                   poll_interval_s=poll_interval_s, replicas=replicas,
+                                   trust=trust)
         await self.service.start()
 
     async def infer(self, work: dict[str, Any]):

@@ -56,7 +56,7 @@ class Ingress:
             self._local = PoolService(
                 "cpu", s.repository, s.resolved_state_dir(),
                 {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
-                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas)
+                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust)
             await self._local.start()
             self._pools["cpu"] = LocalPool(self._local)
         self._alerter = alerter
