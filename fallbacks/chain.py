@@ -176,9 +176,10 @@ class ChainResult:
     elapsed_s: float
 
 
-def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest) -> Target:
+def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest,
+                 default_pool: PoolName) -> Target:
     """A model/cpu step's target; a cpu step without a model runs the primary model on CPU."""
-    pool: PoolName = "cpu" if step.kind == "cpu" else "gpu"
+    pool: PoolName = "cpu" if step.kind == "cpu" else default_pool
     if step.model:
         return Target(step.model, step.version, pool)
     base = primary or Target(request.model, request.version)
@@ -204,8 +205,12 @@ class ChainRunner:
         breakers: BreakerRegistry | None = None,
         throttles: Mapping[str, AdaptiveThrottle] | None = None,
         clock: Clock = time.monotonic,
+        default_pool: PoolName = "gpu",
     ) -> None:
         self._executor = executor
+        # Where a fallback model step runs: "cpu" on a machine without a GPU pool, so no
+        # breaker named "<model>@gpu" exists there.
+        self._default_pool: PoolName = default_pool
         self.config = config or ChainConfig()
         self._breakers = breakers
         self._throttles = dict(throttles or {})
@@ -235,7 +240,7 @@ class ChainRunner:
             if s.local:
                 steps.append((s, None))
             elif not local_only:
-                steps.append((s, _step_target(s, primary, request)))
+                steps.append((s, _step_target(s, primary, request, self._default_pool)))
         for i, (step, target) in enumerate(steps):
             rest = steps[i + 1 :]
             if target is not None:

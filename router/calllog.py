@@ -58,6 +58,9 @@ class CallRecord:
     bytes_in: int
     bytes_out: int
     priority: str
+    # True when a caller key proved ``caller``; false for self-declared and anonymous callers.
+    # ``request_id`` is the client's choice: kept for correlation, never used as an identity.
+    caller_verified: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -75,6 +78,7 @@ class CallRecord:
                 cache=str(d["cache"]), degraded=_to_bool(d["degraded"]),
                 bytes_in=int(d["bytes_in"]), bytes_out=int(d["bytes_out"]),
                 priority=str(d["priority"]),
+                caller_verified=_to_bool(d.get("caller_verified", False)),
             )
         except KeyError as e:
             raise ValueError(f"call record: missing field {e.args[0]!r}") from None

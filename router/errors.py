@@ -13,6 +13,7 @@ __all__ = [
     "ModelNotFound",
     "PayloadTooLarge",
     "Unauthorized",
+    "Forbidden",
     "QuotaExceeded",
     "ServiceUnavailable",
     "DeadlineExceeded",
@@ -65,6 +66,12 @@ class Unauthorized(TimeshareError):
     """Missing or wrong API key on a protected endpoint (HTTP 401)."""
 
     status_code = 401
+
+
+class Forbidden(TimeshareError):
+    """The caller key is valid but does not allow this (a declared caller it is not) (HTTP 403)."""
+
+    status_code = 403
 
 
 class QuotaExceeded(TimeshareError):

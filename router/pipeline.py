@@ -24,11 +24,9 @@ from fallbacks import (
     CallerQuotas,
     ChainConfig,
     ChainRunner,
-    CompiledStep,
     Deadline,
     FallbackRequest,
     Target,
-    compile_chain,
 )
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
 from policies.priority import Priority
@@ -110,8 +108,8 @@ class Pipeline:
         # adaptive throttle is not used: with one CPU pool it would let one broken model
         # throttle every model on it.
         self.runner = ChainRunner(PoolExecutor(catalog, dispatcher, clock=clock),
-                                  config=config.chain, breakers=breakers, clock=clock)
-        self._chains: dict[str, tuple[ModelConfig, tuple[CompiledStep, ...]]] = {}
+                                  config=config.chain, breakers=breakers, clock=clock,
+                                  default_pool="gpu" if "gpu" in dispatcher.pools else "cpu")
         self._in_flight: dict[tuple[str, Priority], int] = {}
         self._compute_s: dict[str, float] = {}  # EWMA of per-request compute, for spill
         self._spill: dict[tuple[str, Priority], SpillState] = {}
@@ -193,7 +191,7 @@ class Pipeline:
             outputs=dict(answer.outputs), served_by=answer.served_by,
             degraded=getattr(answer, "degraded", False), reason=getattr(answer, "reason", None),
             cache=outcome.tier, similarity=outcome.similarity, timings=timings, route=None,
-            final=True,
+            final=True, caller=req.caller, caller_verified=req.caller_verified,
         )
 
     async def _run_chain(self, req: InferenceRequest, cfg: ModelConfig, model: str, version: str,
@@ -208,7 +206,7 @@ class Pipeline:
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
             res = await self.runner.run(
-                freq, deadline=deadline, chain=self._chain(cfg),
+                freq, deadline=deadline, chain=self.catalog.chain(model),
                 primary=None if shed else Target(model, version, pool), reason=shed)
         finally:
             self._in_flight[key] -= 1
@@ -220,16 +218,9 @@ class Pipeline:
             if not res.degraded:
                 prev = self._compute_s.get(model, reply.compute_ms / 1e3)
                 self._compute_s[model] = 0.8 * prev + 0.2 * reply.compute_ms / 1e3
-        return _Answer(outputs=_broadcast(res.outputs, rows), served_by=res.served_by,
+        return _Answer(outputs=_broadcast(res.outputs, rows, cfg), served_by=res.served_by,
                        version=res.version, degraded=res.degraded, reason=res.reason,
                        timings=timings)
-
-    def _chain(self, cfg: ModelConfig) -> tuple[CompiledStep, ...]:
-        cached = self._chains.get(cfg.name)
-        if cached is None or cached[0] is not cfg:
-            cached = (cfg, compile_chain(cfg.fallback, where=f"{cfg.name}.fallback"))
-            self._chains[cfg.name] = cached
-        return cached[1]
 
     def _admission(self, pool: str, priority: Priority, deadline: Deadline) -> str | None:
         """The shed reason, or None to admit (pure decision in policies.admission)."""
@@ -342,6 +333,12 @@ class Pipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def close(self) -> None:
+        """Cancel the background (shadow) runs; the owner calls it on shutdown."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
     def _record(self, req, resp, err, start: float) -> None:
         elapsed = self._clock() - start
         for r in self._recorders:
@@ -362,11 +359,16 @@ def _with_route(resp: InferenceResponse, info: RouteInfo, ran: list[str], *,
                                    "final": final})
 
 
-def _broadcast(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-    """Static/rule outputs configured for one row answer every row of the request."""
+def _broadcast(outputs: Mapping[str, np.ndarray], rows: int, cfg: ModelConfig
+               ) -> dict[str, np.ndarray]:
+    """Static/rule outputs configured for one row answer every row of the request, in the
+    model's declared output dtypes (typed clients must not see FP64 exactly when degraded)."""
+    dtypes = {t.name: np.dtype(t.numpy_dtype) for t in cfg.outputs}
     out = {}
     for k, v in outputs.items():
         arr = np.asarray(v)
+        if k in dtypes and arr.dtype != dtypes[k]:
+            arr = arr.astype(dtypes[k])
         if arr.ndim >= 1 and arr.shape[0] == 1 and rows != 1:
             arr = np.repeat(arr, rows, axis=0)
         out[k] = arr

@@ -23,7 +23,7 @@ from router.schemas import InferenceResponse
 from router.validation import cast_checked
 
 __all__ = ["DecodedRequest", "decode_infer_request", "encode_infer_response", "model_metadata",
-           "parse_decimal", "check_bool"]
+           "route_metadata", "parse_decimal", "check_bool"]
 
 HEADER_LENGTH = "inference-header-content-length"
 _NP_TO_WIRE = {v: k for k, v in DTYPES.items()}
@@ -242,3 +242,11 @@ def model_metadata(config: ModelConfig, versions: list[str]) -> dict[str, Any]:
         "inputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.inputs],
         "outputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.outputs],
     }
+
+
+def route_metadata(name: str, strategy: str, models: list[str], config: ModelConfig
+                   ) -> dict[str, Any]:
+    """``GET /v2/models/{route}``: a route is a virtual model with the tensors of its models."""
+    meta = model_metadata(config, [])
+    return {**meta, "name": name, "platform": "timeshare_route",
+            "parameters": {"strategy": strategy, "models": models}}
