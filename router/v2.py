@@ -141,7 +141,7 @@ def _decode_tensor(item: Any, i: int, binary: memoryview) -> tuple[np.ndarray, i
                                                 and d >= 0 for d in shape)):
         raise _bad(f"expected a list of non-negative integers, got {shape!r}", f"{where}.shape")
     datatype = item.get("datatype")
-    if datatype not in DTYPES:
+    if not isinstance(datatype, str) or datatype not in DTYPES:  # a list is unhashable
         raise _bad(f"expected one of {', '.join(DTYPES)}, got {datatype!r}", f"{where}.datatype")
     dtype = np.dtype(DTYPES[datatype])
     count = math.prod(shape)  # Python ints: [2**32, 2**32] must not overflow
@@ -223,6 +223,9 @@ def response_parameters(response: InferenceResponse) -> dict[str, Any]:
         "queue_ms": round(response.timings.queue_ms, 3),
         "compute_ms": round(response.timings.compute_ms, 3),
         "total_ms": round(response.timings.total_ms, 3),
+        # Who was billed, and whether a caller key proved it ("anonymous" without a key).
+        "caller": response.caller,
+        "caller_verified": response.caller_verified,
     }
     if response.reason:
         params["reason"] = response.reason
