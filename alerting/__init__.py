@@ -23,7 +23,8 @@ from alerting.engine import EngineFull, NotificationEngine
 from alerting.events import Alert, AlertStatus, Severity, fingerprint, parse_severity
 from alerting.matchers import Matcher, parse_matcher
 from alerting.notification import Notification
-from alerting.rules import MetricsSnapshot, ModelCounters, RuleEvaluator
+from alerting.metrics import MetricsSnapshot, ModelCounters
+from alerting.rules import RuleEvaluator
 from alerting.rules_config import RulesConfig
 from alerting.silences import Silence, Silences
 from alerting.telemetry import Telemetry

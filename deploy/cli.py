@@ -132,8 +132,8 @@ _EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
     ("loadtest", "deploy.loadtest:main", "open-loop load test with a Markdown/JSON report"),
     ("usage", "deploy.usage:main", "requests and device-seconds per caller from the call log"),
     ("alerts", {"test": "alerting.cli:alerts_test"}, "alerts test: send a test notification"),
-    ("routes", {"retrain": "router.route_training:retrain_main",
-                "calibrate": "router.route_training:calibrate_main"},
+    ("routes", {"retrain": "deploy.routes_cli:retrain_main",
+                "calibrate": "deploy.routes_cli:calibrate_main"},
      "routes retrain|calibrate: train the predictive router, calibrate a threshold"),
 ]
 
@@ -149,7 +149,7 @@ def _dispatch(name: str, target: str | dict[str, str], rest: list[str]) -> int:
 
 
 # The CLI's own packages: subcommand paths are code constants, the allowlist keeps them that way.
-_SUBCOMMAND_MODULES = ("deploy", "alerting", "router")
+_SUBCOMMAND_MODULES = ("deploy", "alerting")
 
 
 def _load(path: str) -> Callable[[list[str]], int]:

@@ -34,7 +34,7 @@ from fallbacks.rule_engine import RuleEngine
 from fallbacks.throttle import AdaptiveThrottle
 from pool.config import FallbackStep
 from pool.trust import ModuleAllowlist
-from router.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
+from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 
 __all__ = [
     "Attempt",

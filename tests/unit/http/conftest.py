@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import pytest
 import pytest_asyncio
 
 from router.ingress import Ingress

@@ -47,7 +47,8 @@ def bodies(draw, model: str):
                                       "outputs", "extra_input"]))
         value = draw(EDGES)
         if where == "tensor":
-            tensor[draw(st.sampled_from(["name", "shape", "datatype", "data", "parameters"]))] = value
+            key = draw(st.sampled_from(["name", "shape", "datatype", "data", "parameters"]))
+            tensor[key] = value
         elif where == "tensor.parameters":
             tensor["parameters"] = {"binary_data_size": value}
         elif where == "body":
