@@ -142,6 +142,7 @@ class Ingress:
             await asyncio.sleep(self.settings.alert_eval_interval_s)
             try:
                 failed = self.catalog.failed_models()
+                channels = await self._failing_channels()
                 snap = MetricsSnapshot(
                     at=time.time(), models=self.counters.snapshot(),
                     open_breakers=frozenset(f"{m}@{p}" for (m, p), st in
@@ -153,11 +154,23 @@ class Ingress:
                         for pool, stats in self._load.items() for st in stats
                         if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
-                    else frozenset({"redis"}))
+                    else frozenset({"redis"}),
+                    failing_channels=channels)
                 for alert in self._evaluator.evaluate(snap):
                     self._alert(alert.to_dict())
             except Exception:  # alerting never takes serving down
                 log.exception("alert evaluation failed")
+
+    async def _failing_channels(self) -> frozenset[str]:
+        """The alerter's channels whose last delivery failed (the channel_failing rule)."""
+        if self._alerter is None:
+            return frozenset()
+        try:
+            return frozenset(await asyncio.wait_for(
+                self._alerter.failing_channels.remote(), self.settings.alert_eval_interval_s))
+        except Exception as e:  # the alerter restarting: no news is not a failure
+            log.warning("alerter channel status unavailable: %s", e)
+            return frozenset()
 
     def _alert(self, alert: dict[str, Any]) -> None:
         if self._alerter is not None:
