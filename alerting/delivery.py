@@ -126,7 +126,7 @@ class Channel(abc.ABC):
         self.name, self.receiver, self.delivery = name, receiver, delivery
         self.stats = ChannelStats()
         self._client = client
-        self._clock = clock or SystemClock()
+        self._clock = clock or SystemClock
         self._sleep = sleep
         self._bucket = TokenBucket(delivery.rate_per_s, delivery.burst, monotonic)
         self._queue: collections.deque[Notification] = collections.deque()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
 from alerting.events import Severity
 from alerting.metrics import MetricsSnapshot
 from alerting.rules_config import RulesConfig, RuleSettings
