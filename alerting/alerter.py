@@ -26,6 +26,7 @@ from alerting.engine import EngineFull, NotificationEngine
 from alerting.events import ENV_LABEL, SEVERITY_LABEL, Alert, Severity, parse_severity
 from alerting.notification import Notification
 from alerting.telemetry import Telemetry
+from fallbacks.tasks import cancel_and_wait
 
 __all__ = ["Alerter"]
 
@@ -130,13 +131,8 @@ class Alerter:
 
     async def stop(self, *, drain_timeout: float = 5.0) -> None:
         """Stop the loop, give channels ``drain_timeout`` seconds to deliver, then close."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         await self._save()
         await asyncio.gather(*(ch.drain(drain_timeout) for ch in self._all_channels()))
         for ch in self._all_channels():

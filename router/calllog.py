@@ -18,13 +18,14 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
+
+from fallbacks.tasks import cancel_and_wait
 
 __all__ = [
     "CallLog",
@@ -262,9 +263,7 @@ class CallLog:
             except asyncio.TimeoutError:
                 _log.warning("call log: %d records not flushed within %.1fs", self.pending,
                              timeout_s)
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
         await self.sink.aclose()
 
 

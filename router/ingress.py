@@ -8,7 +8,6 @@ forwards alert events to the alerter deployment fire-and-forget.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -19,6 +18,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from fallbacks import BreakerRegistry, BreakerState, CallerQuotas, StateTransition
+from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
@@ -115,7 +115,7 @@ class Ingress:
 
     async def __del__(self) -> None:
         """Serve calls this on shutdown: stop the background loops, flush the call log."""
-        await cancel_tasks(self._tasks)
+        await cancel_and_wait(self._tasks)
         await self.pipeline.close()
         await self.call_log.close(timeout_s=2.0)
         if self._local is not None:
@@ -355,15 +355,6 @@ def identify(request: InferenceRequest, keys: dict[str, str] | None) -> Inferenc
 
 def _digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-async def cancel_tasks(tasks: list[asyncio.Task]) -> None:
-    """Cancel ``tasks`` and wait for them to finish (the one cancel idiom of the router)."""
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _embedder(s: AppSettings):

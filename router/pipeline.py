@@ -28,6 +28,7 @@ from fallbacks import (
     FallbackRequest,
     Target,
 )
+from fallbacks.tasks import cancel_and_wait
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
 from policies.priority import Priority
 from policies.routing import PlanKind, RouteRequest, RouteStrategy, merge_rows
@@ -335,9 +336,7 @@ class Pipeline:
 
     async def close(self) -> None:
         """Cancel the background (shadow) runs; the owner calls it on shutdown."""
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_and_wait(list(self._background))
 
     def _record(self, req, resp, err, start: float) -> None:
         elapsed = self._clock() - start
