@@ -64,10 +64,16 @@ def _status(args: argparse.Namespace) -> int:
     import httpx
 
     try:
-        data = httpx.get(f"{args.url}/v2/status", timeout=10).json()
+        key = args.api_key or os.environ.get("TIMESHARE_API_KEY")
+        r = httpx.get(f"{args.url}/v2/status", timeout=10,
+                      headers={"X-API-Key": key} if key else None)
     except httpx.HTTPError as e:
         print(f"cannot reach {args.url}: {e}", file=sys.stderr)
         return 2
+    if r.status_code != 200:  # 401: the app has an operator key and none (or another) was given
+        print(f"{args.url}/v2/status: {r.status_code} {r.text}", file=sys.stderr)
+        return 2
+    data = r.json()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -117,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print the app's models, residency and queues")
     status.add_argument("--url", default="http://127.0.0.1:8000")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--api-key", default=None,
+                        help="operator key, when the app has one (default: $TIMESHARE_API_KEY)")
     status.set_defaults(func=_status)
 
     for name, target, help_ in _EXTERNAL:
