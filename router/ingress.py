@@ -236,8 +236,10 @@ class Ingress:
             rc = self.pipeline.routes[name]
             models = await self._route_models(name, version)
             entry, _ = await self.catalog.resolve(models[0], None)
+            assert entry.config is not None  # resolve raises for a model without a config
             return route_metadata(name, rc.strategy, models, entry.config)
         entry, _ = await self.catalog.resolve(name, version)
+        assert entry.config is not None
         ready = sorted(v for v, s in entry.versions.items() if s.state == "ready")
         return model_metadata(entry.config, ready)
 
