@@ -43,6 +43,10 @@ class PoolDeployment:
         """This replica's RoutingStats (the router's load view for admission and spill)."""
         return self.service.routing_stats()
 
+    async def __del__(self) -> None:
+        """Serve awaits this on replica shutdown: stop polling, close the device worker."""
+        await self.service.close()
+
     def record_routing_stats(self) -> dict[str, Any]:
         """Published to Ray Serve's request router (pool.request_router)."""
         return self.service.routing_stats().to_dict()
