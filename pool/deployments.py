@@ -45,7 +45,9 @@ class PoolDeployment:
 
     async def __del__(self) -> None:
         """Serve awaits this on replica shutdown: stop polling, close the device worker."""
-        await self.service.close()
+        service = getattr(self, "service", None)  # None when __init__ failed
+        if service is not None:
+            await service.close()
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Published to Ray Serve's request router (pool.request_router)."""
