@@ -115,6 +115,8 @@ class Ingress:
 
     async def __del__(self) -> None:
         """Serve calls this on shutdown: stop the background loops, flush the call log."""
+        if not hasattr(self, "_app"):  # __init__ failed part way: nothing of ours is running
+            return
         await cancel_and_wait(self._tasks)
         await self.pipeline.close()
         await self.call_log.close(timeout_s=2.0)
