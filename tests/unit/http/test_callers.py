@@ -61,7 +61,7 @@ def _req(**kw) -> InferenceRequest:
     return InferenceRequest(model="m", inputs={"x": np.zeros((1, 2))}, **kw)
 
 
-def test_handle_requests_are_identified_the_same_way():
+async def test_handle_requests_are_identified_the_same_way():
     keys = {_digest("k1"): "team-a"}
     got = identify(_req(caller_key="k1"), keys)
     assert (got.caller, got.caller_verified, got.caller_key) == ("team-a", True, None)
