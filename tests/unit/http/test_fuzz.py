@@ -79,7 +79,7 @@ def check(r) -> None:
         assert set(doc) <= {"error", "type", "field", "ready"}, doc
 
 
-@settings(max_examples=150, deadline=None, database=None,
+@settings(max_examples=500, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(data=st.data(), model=st.sampled_from(MODELS),
@@ -92,7 +92,7 @@ async def test_v2_body_fuzz_no_5xx_and_one_error_shape(client, data, model, rout
     check(r)
 
 
-@settings(max_examples=60, deadline=None, database=None,
+@settings(max_examples=200, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(raw=st.binary(max_size=256), header=st.one_of(st.none(), st.text(max_size=6).filter(
     lambda s: all(32 <= ord(c) < 256 for c in s))))
