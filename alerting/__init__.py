@@ -22,8 +22,9 @@ from alerting.delivery import Channel, ChannelStats, DeliveryResult
 from alerting.engine import EngineFull, NotificationEngine
 from alerting.events import Alert, AlertStatus, Severity, fingerprint, parse_severity
 from alerting.matchers import Matcher, parse_matcher
+from alerting.metrics import MetricsSnapshot, ModelCounters
 from alerting.notification import Notification
-from alerting.rules import MetricsSnapshot, ModelCounters, RuleEvaluator
+from alerting.rules import RuleEvaluator
 from alerting.rules_config import RulesConfig
 from alerting.silences import Silence, Silences
 from alerting.telemetry import Telemetry

@@ -26,6 +26,7 @@ from alerting.engine import EngineFull, NotificationEngine
 from alerting.events import ENV_LABEL, SEVERITY_LABEL, Alert, Severity, parse_severity
 from alerting.notification import Notification
 from alerting.telemetry import Telemetry
+from fallbacks.tasks import cancel_and_wait
 
 __all__ = ["Alerter"]
 
@@ -62,7 +63,7 @@ class Alerter:
     ) -> None:
         self.config = config
         self.policy = config.effective_policy()
-        self._clock = clock or SystemClock()
+        self._clock = clock or SystemClock
         self._own_client = client is None
         self._client = client or httpx.AsyncClient()
         self._telemetry = telemetry
@@ -130,13 +131,8 @@ class Alerter:
 
     async def stop(self, *, drain_timeout: float = 5.0) -> None:
         """Stop the loop, give channels ``drain_timeout`` seconds to deliver, then close."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         await self._save()
         await asyncio.gather(*(ch.drain(drain_timeout) for ch in self._all_channels()))
         for ch in self._all_channels():
@@ -155,7 +151,7 @@ class Alerter:
             due = self.engine.next_due()
             wait = self.config.tick_interval
             if due is not None:
-                wait = min(wait, max(0.0, due - self._clock.now()))
+                wait = min(wait, max(0.0, due - self._clock()))
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.01))
@@ -168,7 +164,7 @@ class Alerter:
         a = alert if isinstance(alert, Alert) else Alert.from_dict(alert)
         a = self._apply_policy(a)
         try:
-            self.engine.put(a, self._clock.now())
+            self.engine.put(a, self._clock())
         except EngineFull as e:
             self.rejected += 1
             log.warning("%s", e)
@@ -193,7 +189,7 @@ class Alerter:
 
     async def step(self) -> list[Notification]:
         """Flush due groups at the clock's now, enqueue notifications, persist what changed."""
-        notes = self.engine.tick(self._clock.now())
+        notes = self.engine.tick(self._clock())
         for note in notes:
             self._dispatch(note)
         await self._save()
@@ -235,7 +231,7 @@ class Alerter:
         self, matchers: list[str], *, duration_s: float, comment: str = "", created_by: str = ""
     ) -> str:
         """Silence alerts matching ``matchers`` from now for ``duration_s``; returns the id."""
-        now = self._clock.now()
+        now = self._clock()
         return self.engine.silences.add(
             matchers,
             starts_at=now,
@@ -245,7 +241,7 @@ class Alerter:
         )
 
     def expire_silence(self, silence_id: str) -> None:
-        self.engine.silences.expire(silence_id, self._clock.now())
+        self.engine.silences.expire(silence_id, self._clock())
 
     # -- status and tests -------------------------------------------------------------------
     def failing_channels(self) -> frozenset[str]:
@@ -255,7 +251,7 @@ class Alerter:
         )
 
     def status(self) -> dict[str, Any]:
-        now = self._clock.now()
+        now = self._clock()
         return {
             "environment": self.config.environment,
             "persistence": self.persistence,
@@ -286,7 +282,7 @@ class Alerter:
     ) -> list[DeliveryResult]:
         """Send a test notification through the configured route now; return each channel's answer."""
         sev = parse_severity(severity)
-        now = self._clock.now()
+        now = self._clock()
         alert = self._apply_policy(
             Alert.create(
                 "TimeshareTestAlert",

@@ -109,7 +109,7 @@ class FeishuChannel(Channel):
         self.url, self._secret = url, secret
 
     def build_request(self, note: Notification) -> HttpRequest:
-        ts = int(self._clock.now())
+        ts = int(self._clock())
         return HttpRequest(
             self.url, formats.feishu_payload(note, secret=self._secret, timestamp=ts)
         )
@@ -139,7 +139,7 @@ class DingTalkChannel(Channel):
         self.url, self._secret, self.cfg = url, secret, cfg
 
     def build_request(self, note: Notification) -> HttpRequest:
-        ts_ms = int(self._clock.now() * 1000)
+        ts_ms = int(self._clock() * 1000)
         url = formats.dingtalk_url(self.url, secret=self._secret, timestamp_ms=ts_ms)
         return HttpRequest(url, formats.dingtalk_payload(note, at_mobiles=self.cfg.at_mobiles))
 

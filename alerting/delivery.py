@@ -27,6 +27,7 @@ import httpx
 from alerting.clock import Clock, SystemClock
 from alerting.config import DeliveryConfig
 from alerting.notification import Notification
+from fallbacks.tasks import cancel_and_wait
 
 __all__ = ["Channel", "ChannelStats", "DeliveryResult", "HttpRequest", "TokenBucket"]
 
@@ -126,7 +127,7 @@ class Channel(abc.ABC):
         self.name, self.receiver, self.delivery = name, receiver, delivery
         self.stats = ChannelStats()
         self._client = client
-        self._clock = clock or SystemClock()
+        self._clock = clock or SystemClock
         self._sleep = sleep
         self._bucket = TokenBucket(delivery.rate_per_s, delivery.burst, monotonic)
         self._queue: collections.deque[Notification] = collections.deque()
@@ -177,13 +178,8 @@ class Channel(abc.ABC):
 
     async def close(self) -> None:
         """Stop the worker (pending notifications are abandoned and counted as dropped)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         self.stats.dropped += len(self._queue)
         self._queue.clear()
         self._idle.set()

@@ -115,7 +115,7 @@ class Alert:
     Build one with :meth:`create`::
 
         Alert.create("ModelDown", Severity.P1, "prod", labels={"model": "digits"},
-                     annotations={"summary": "digits fails"}, starts_at=clock.now())
+                     annotations={"summary": "digits fails"}, starts_at=clock())
     """
 
     labels: Mapping[str, str]

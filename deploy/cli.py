@@ -64,10 +64,16 @@ def _status(args: argparse.Namespace) -> int:
     import httpx
 
     try:
-        data = httpx.get(f"{args.url}/v2/status", timeout=10).json()
+        key = args.api_key or os.environ.get("TIMESHARE_API_KEY")
+        r = httpx.get(f"{args.url}/v2/status", timeout=10,
+                      headers={"X-API-Key": key} if key else None)
     except httpx.HTTPError as e:
         print(f"cannot reach {args.url}: {e}", file=sys.stderr)
         return 2
+    if r.status_code != 200:  # 401: the app has an operator key and none (or another) was given
+        print(f"{args.url}/v2/status: {r.status_code} {r.text}", file=sys.stderr)
+        return 2
+    data = r.json()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -117,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print the app's models, residency and queues")
     status.add_argument("--url", default="http://127.0.0.1:8000")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--api-key", default=None,
+                        help="operator key, when the app has one (default: $TIMESHARE_API_KEY)")
     status.set_defaults(func=_status)
 
     for name, target, help_ in _EXTERNAL:
@@ -132,8 +140,8 @@ _EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
     ("loadtest", "deploy.loadtest:main", "open-loop load test with a Markdown/JSON report"),
     ("usage", "deploy.usage:main", "requests and device-seconds per caller from the call log"),
     ("alerts", {"test": "alerting.cli:alerts_test"}, "alerts test: send a test notification"),
-    ("routes", {"retrain": "router.route_training:retrain_main",
-                "calibrate": "router.route_training:calibrate_main"},
+    ("routes", {"retrain": "deploy.routes_cli:retrain_main",
+                "calibrate": "deploy.routes_cli:calibrate_main"},
      "routes retrain|calibrate: train the predictive router, calibrate a threshold"),
 ]
 
@@ -148,10 +156,14 @@ def _dispatch(name: str, target: str | dict[str, str], rest: list[str]) -> int:
     return _load(target[rest[0]])(rest[1:])
 
 
-def _load(path: str) -> Callable[[list[str]], int]:
-    from pool.loader import resolve_callable
+# The CLI's own packages: subcommand paths are code constants, the allowlist keeps them that way.
+_SUBCOMMAND_MODULES = ("deploy", "alerting")
 
-    return resolve_callable(path, what="subcommand")
+
+def _load(path: str) -> Callable[[list[str]], int]:
+    from pool.trust import ModuleAllowlist, resolve_callable
+
+    return resolve_callable(path, allow=ModuleAllowlist(_SUBCOMMAND_MODULES), what="subcommand")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ import yaml
 from torch import nn
 
 from deploy.demo_data import Split, load_splits
-from pool.loader import resolve_callable
+from pool.trust import DEMO_MODULES, ModuleAllowlist, resolve_callable
 
 __all__ = ["DemoSpec", "demo_specs", "build_demo_repository", "DEFAULT_REPO"]
 
@@ -79,7 +79,8 @@ def _build_module(spec: DemoSpec, split: Split) -> nn.Module:
     kwargs = dict(spec.kwargs)
     if spec.factory.endswith(":tabular_mlp"):
         kwargs.update(in_features=split.n_features, out_features=split.n_classes)
-    return resolve_callable(spec.factory)(**kwargs)
+    return resolve_callable(spec.factory, allow=ModuleAllowlist(DEMO_MODULES),
+                            what="factory")(**kwargs)
 
 
 def _train(spec: DemoSpec, split: Split, seed: int) -> tuple[nn.Module, float]:

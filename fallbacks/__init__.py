@@ -27,6 +27,17 @@ from fallbacks.chain import (
     compile_chain,
 )
 from fallbacks.deadline import Clock, Deadline, resolve_deadline_ms
+from fallbacks.errors import (
+    DeadlineExceeded,
+    Forbidden,
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    QuotaExceeded,
+    ServiceUnavailable,
+    TimeshareError,
+    Unauthorized,
+)
 from fallbacks.hedge import hedged
 from fallbacks.quotas import CallerLimits, CallerQuotas, QuotaConfig, QuotaLease
 from fallbacks.request import FallbackRequest, as_outputs
@@ -51,20 +62,29 @@ __all__ = [
     "Clock",
     "CompiledStep",
     "Deadline",
+    "DeadlineExceeded",
     "FallbackRequest",
+    "Forbidden",
+    "InvalidRequest",
     "ModelExecutor",
+    "ModelNotFound",
     "ModelReply",
+    "PayloadTooLarge",
     "PoolName",
     "QuotaConfig",
+    "QuotaExceeded",
     "QuotaLease",
     "RetryBudget",
     "RetryPredicate",
     "RuleConfigError",
     "RuleEngine",
     "RuleMatch",
+    "ServiceUnavailable",
     "StateTransition",
     "Target",
+    "TimeshareError",
     "TransitionListener",
+    "Unauthorized",
     "as_outputs",
     "compile_chain",
     "hedged",

@@ -33,7 +33,8 @@ from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rule_engine import RuleEngine
 from fallbacks.throttle import AdaptiveThrottle
 from pool.config import FallbackStep
-from router.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
+from pool.trust import ModuleAllowlist
+from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 
 __all__ = [
     "Attempt",
@@ -105,9 +106,12 @@ class CompiledStep:
 
 
 def compile_chain(
-    steps: Sequence[FallbackStep], *, callable_timeout_ms: float = 50.0, where: str = "fallback"
+    steps: Sequence[FallbackStep], *, callable_timeout_ms: float = 50.0, where: str = "fallback",
+    allow: ModuleAllowlist = ModuleAllowlist(),
 ) -> tuple[CompiledStep, ...]:
     """Validate a model's fallback chain (rules, static outputs) once, at config load.
+
+    Rule callables resolve only inside ``allow``, the operator's module allowlist.
 
     Raises ``RuleConfigError`` / ``ValueError`` naming e.g. ``fallback[2].rules[0]``.
     """
@@ -119,6 +123,7 @@ def compile_chain(
                 callable_path=s.callable,
                 callable_timeout_ms=callable_timeout_ms,
                 where=f"{where}[{i}].rules",
+                allow=allow,
             )
             out.append(CompiledStep("rules", engine=engine))
         elif s.kind == "default":
@@ -181,9 +186,10 @@ class ChainResult:
 _StepAnswer = tuple[Mapping[str, Any], str, "str | None", "str | None", "ModelReply | None"]
 
 
-def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest) -> Target:
+def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest,
+                 default_pool: PoolName) -> Target:
     """A model/cpu step's target; a cpu step without a model runs the primary model on CPU."""
-    pool: PoolName = "cpu" if step.kind == "cpu" else "gpu"
+    pool: PoolName = "cpu" if step.kind == "cpu" else default_pool
     if step.model:
         return Target(step.model, step.version, pool)
     base = primary or Target(request.model, request.version)
@@ -209,8 +215,12 @@ class ChainRunner:
         breakers: BreakerRegistry | None = None,
         throttles: Mapping[str, AdaptiveThrottle] | None = None,
         clock: Clock = time.monotonic,
+        default_pool: PoolName = "gpu",
     ) -> None:
         self._executor = executor
+        # Where a fallback model step runs: "cpu" on a machine without a GPU pool, so no
+        # breaker named "<model>@gpu" exists there.
+        self._default_pool: PoolName = default_pool
         self.config = config or ChainConfig()
         self._breakers = breakers
         self._throttles = dict(throttles or {})
@@ -240,7 +250,7 @@ class ChainRunner:
             if s.local:
                 steps.append((s, None))
             elif not local_only:
-                steps.append((s, _step_target(s, primary, request)))
+                steps.append((s, _step_target(s, primary, request, self._default_pool)))
         for i, (step, target) in enumerate(steps):
             rest = steps[i + 1 :]
             if target is not None:

@@ -8,13 +8,12 @@ to run), so the degraded answer can still be produced before the caller gives up
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from fallbacks.clock import Clock
 
 __all__ = ["Clock", "Deadline", "resolve_deadline_ms"]
 
-Clock = Callable[[], float]
-"""A monotonic clock in seconds (``time.monotonic`` in production, a fake one in tests)."""
 
 
 def resolve_deadline_ms(

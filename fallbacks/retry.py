@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from fallbacks.deadline import Deadline
-from router.errors import ServiceUnavailable, TimeshareError
+from fallbacks.errors import ServiceUnavailable, TimeshareError
 
 __all__ = ["RetryBudget", "RetryPredicate", "is_idempotent_failure", "retry_call"]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rules import CallableRule, load_rules
+from pool.trust import ModuleAllowlist
 
 __all__ = ["RuleEngine", "RuleMatch"]
 
@@ -69,6 +70,7 @@ class RuleEngine:
         callable_timeout_ms: float = 50.0,
         where: str = "rules",
         executor: ThreadPoolExecutor | None = None,
+        allow: ModuleAllowlist = ModuleAllowlist(),
     ) -> RuleEngine:
         """Validate ``rules`` (and/or one callable, tried first) into an engine.
 
@@ -85,7 +87,7 @@ class RuleEngine:
                 }
             )
         raw.extend(rules or ())
-        return cls(load_rules(raw, where=where), executor=executor)
+        return cls(load_rules(raw, where=where, allow=allow), executor=executor)
 
     def match_declarative(self, request: FallbackRequest) -> RuleMatch | None:
         """First matching rule, skipping callables (never blocks)."""

@@ -17,7 +17,6 @@ Every mistake is reported as :class:`RuleConfigError` naming the rule index, nam
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -30,11 +29,13 @@ from pydantic import (
     PrivateAttr,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from fallbacks.request import FallbackRequest, as_outputs
+from pool.trust import ModuleAllowlist, resolve_callable
 
 __all__ = [
     "CallableRule",
@@ -47,7 +48,6 @@ __all__ = [
     "StaticRule",
     "ThresholdRule",
     "load_rules",
-    "resolve_callable",
 ]
 
 Outputs = dict[str, np.ndarray]
@@ -87,23 +87,10 @@ class RuleConfigError(ValueError):
         self.index, self.rule_name, self.field = index, rule_name, field
 
 
-def resolve_callable(path: str) -> Callable[..., Any]:
-    """Import ``'package.module:function'``; ``ValueError`` says what is wrong with ``path``."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"expected 'module:function', got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"cannot import module {module_name!r} ({e})") from None
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
-    if not callable(obj):
-        raise ValueError(f"{path!r} is not callable")  # noqa: TRY004 - pydantic reports ValueError
-    return obj
+def _allowlist(context: Any) -> ModuleAllowlist:
+    """The operator's allowlist passed to :func:`load_rules` (none given: nothing allowed)."""
+    allow = context.get("allow") if isinstance(context, dict) else None
+    return allow if isinstance(allow, ModuleAllowlist) else ModuleAllowlist()
 
 
 class _Rule(BaseModel):
@@ -304,12 +291,12 @@ class CallableRule(_Rule):
 
     @field_validator("function")
     @classmethod
-    def _importable(cls, v: str) -> str:
-        resolve_callable(v)
+    def _importable(cls, v: str, info: ValidationInfo) -> str:
+        resolve_callable(v, allow=_allowlist(info.context), what="function")
         return v
 
-    def model_post_init(self, _: Any) -> None:
-        self._fn = resolve_callable(self.function)
+    def model_post_init(self, context: Any) -> None:
+        self._fn = resolve_callable(self.function, allow=_allowlist(context), what="function")
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -325,10 +312,12 @@ _ADAPTER: TypeAdapter[Any] = TypeAdapter(RuleSpec)
 _TAG_ERRORS = {"union_tag_not_found", "union_tag_invalid", "model_attributes_type"}
 
 
-def load_rules(raw: Sequence[Mapping[str, Any]], *, where: str = "rules") -> tuple[Any, ...]:
+def load_rules(raw: Sequence[Mapping[str, Any]], *, where: str = "rules",
+               allow: ModuleAllowlist = ModuleAllowlist()) -> tuple[Any, ...]:
     """Validate a rule list; raise :class:`RuleConfigError` naming the first bad rule and field.
 
-    ``where`` prefixes messages, e.g. ``"fallback[2].rules"``.
+    ``where`` prefixes messages, e.g. ``"fallback[2].rules"``. ``callable`` rules resolve only
+    inside ``allow``, the operator's module allowlist (the default allows nothing).
     """
     rules: list[Any] = []
     seen: dict[str, int] = {}
@@ -343,7 +332,7 @@ def load_rules(raw: Sequence[Mapping[str, Any]], *, where: str = "rules") -> tup
                 field=None,
             )
         try:
-            rule = _ADAPTER.validate_python(dict(item))
+            rule = _ADAPTER.validate_python(dict(item), context={"allow": allow})
         except ValidationError as e:
             err = e.errors()[0]
             loc = [str(p) for p in err["loc"]]

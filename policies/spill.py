@@ -138,9 +138,9 @@ def decide_spill(
     if deadline_s is None:
         return SpillDecision("gpu", "no-deadline", "no deadline", gpu_wait, None, 0.0,
                              SpillState())
-    if deadline_s <= 0:
-        raise ValueError(f"deadline_s must be > 0, got {deadline_s!r}")
-    pressure = gpu_wait / deadline_s
+    # A spent budget (e.g. a cascade whose cheap answer came late from the cache) is infinite
+    # pressure: the request cannot wait for the GPU, so it spills if the route spills at all.
+    pressure = gpu_wait / deadline_s if deadline_s > 0 else float("inf")
     if target == "none":
         return SpillDecision("gpu", "no-spill", "route does not spill", gpu_wait, None, pressure,
                              SpillState())

@@ -11,6 +11,7 @@ from typing import Any
 from ray import serve
 
 from pool.service import PoolService
+from pool.trust import TrustSettings
 from pool.work import PoolRefusal, PoolReply, PoolWork
 
 __all__ = ["PoolDeployment"]
@@ -19,9 +20,11 @@ __all__ = ["PoolDeployment"]
 @serve.deployment(name="Pool", max_ongoing_requests=256)
 class PoolDeployment:
     async def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any],
-                       poll_interval_s: float = 1.0, replicas: int = 1) -> None:
+                       poll_interval_s: float = 1.0, replicas: int = 1,
+                       trust: TrustSettings | None = None) -> None:
         self.service = PoolService(pool, repository, state_dir, device,
-                                   poll_interval_s=poll_interval_s, replicas=replicas)
+                                   poll_interval_s=poll_interval_s, replicas=replicas,
+                                   trust=trust)
         await self.service.start()
 
     async def infer(self, work: PoolWork) -> PoolReply | PoolRefusal:
@@ -40,6 +43,12 @@ class PoolDeployment:
     async def routing_stats(self):
         """This replica's RoutingStats (the router's load view for admission and spill)."""
         return self.service.routing_stats()
+
+    async def __del__(self) -> None:
+        """Serve awaits this on replica shutdown: stop polling, close the device worker."""
+        service = getattr(self, "service", None)  # None when __init__ failed
+        if service is not None:
+            await service.close()
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Published to Ray Serve's request router (pool.request_router)."""

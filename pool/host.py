@@ -138,7 +138,8 @@ class ModelHost:
         if self.worker.has_model(key):
             await self.worker.remove_model(key)
         try:
-            await self.worker.add_model(key, config, partial(load_module, path, config))
+            await self.worker.add_model(
+                key, config, partial(load_module, path, config, trust=self.repository.trust))
         except ModelLoadError as e:
             states[version] = VersionState("failed", str(e), sig)
             self._emit(HostEvent("version_failed", name, version, str(e)))

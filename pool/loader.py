@@ -1,14 +1,15 @@
 """Load one model version from disk into host memory, safely.
 
 TorchScript archives are read with ``torch.jit.load`` (TorchScript's own restricted format, no
-arbitrary pickles); safetensors files hold tensors only and the architecture comes from an import
-path in the model config. Nothing here calls ``pickle`` or ``torch.load`` without
-``weights_only=True``.
+arbitrary pickles, but its code can read and write files: ``trust.allow_torchscript`` gates it);
+safetensors files hold tensors only and the architecture comes from an import path in the model
+config, resolved only inside the operator's module allowlist (``pool.trust``). Nothing here calls
+``pickle`` or ``torch.load`` without ``weights_only=True``. Error messages name files relative to
+the repository (``<model>/<version>/<file>``), never absolute paths.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import torch
@@ -16,63 +17,63 @@ from torch import nn
 
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError
+from pool.trust import TrustSettings, resolve_callable
 
-__all__ = ["WEIGHT_FILES", "load_module", "resolve_callable"]
+__all__ = ["WEIGHT_FILES", "load_module", "shown_path"]
 
 WEIGHT_FILES = {"torchscript": "model.pt", "safetensors": "model.safetensors"}
 
 
-def resolve_callable(path: str, *, what: str = "architecture"):
-    """Import ``'package.module:attr'``; raise ValueError naming ``what`` when it cannot."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"{what} must look like 'package.module:function', got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"{what} {path!r}: cannot import {module_name!r} ({e})") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"{what} {path!r}: module {module_name!r} has no {attr!r}") from None
+def shown_path(path: Path, parts: int = 3) -> str:
+    """``<model>/<version>/<file>``: how load errors name a file (never an absolute path)."""
+    return "/".join(path.parts[-parts:])
 
 
-def load_module(version_dir: Path, config: ModelConfig) -> nn.Module:
-    """Load the weights in ``version_dir`` onto the CPU, in eval mode."""
+def load_module(version_dir: Path, config: ModelConfig, *,
+                trust: TrustSettings = TrustSettings()) -> nn.Module:
+    """Load the weights in ``version_dir`` onto the CPU, in eval mode, within ``trust``."""
     weights = version_dir / WEIGHT_FILES[config.format]
+    shown = shown_path(weights)
     if not weights.is_file():
-        raise ModelLoadError(str(weights), "weight file missing", field="format")
+        raise ModelLoadError(shown, "weight file missing", field="format")
     if config.format == "torchscript":
+        if not trust.allow_torchscript:
+            raise ModelLoadError(shown, "TorchScript is disabled by the operator (app setting "
+                                 "trust.allow_torchscript: false)", field="format")
         try:
             module = torch.jit.load(str(weights), map_location="cpu")
         except Exception as e:
-            raise ModelLoadError(str(weights), f"not a TorchScript archive ({_short(e)})") from e
+            raise ModelLoadError(shown, f"not a TorchScript archive ({_short(e, weights)})") from e
         return module.eval()
-    return _load_safetensors(weights, config)
+    return _load_safetensors(weights, config, trust)
 
 
-def _load_safetensors(weights: Path, config: ModelConfig) -> nn.Module:
+def _load_safetensors(weights: Path, config: ModelConfig, trust: TrustSettings) -> nn.Module:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     assert config.architecture is not None  # ModelConfig validates this
+    shown = shown_path(weights)
     try:
-        factory = resolve_callable(config.architecture)
+        factory = resolve_callable(config.architecture, allow=trust.allowlist,
+                                   what="architecture")
         module = factory(**config.architecture_kwargs)
     except Exception as e:
-        raise ModelLoadError(str(weights), _short(e), field="architecture") from e
+        raise ModelLoadError(shown, _short(e, weights), field="architecture") from e
     try:
         state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as e:
-        raise ModelLoadError(str(weights), f"not a safetensors file ({_short(e)})") from e
+        raise ModelLoadError(shown, f"not a safetensors file ({_short(e, weights)})") from e
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as e:
-        raise ModelLoadError(str(weights), f"weights do not fit the architecture ({_short(e)})",
-                             field="architecture_kwargs") from e
+        raise ModelLoadError(shown, f"weights do not fit the architecture "
+                             f"({_short(e, weights)})", field="architecture_kwargs") from e
     return module.eval()
 
 
-def _short(e: BaseException, limit: int = 300) -> str:
-    text = f"{type(e).__name__}: {e}".replace("\n", " ")
+def _short(e: BaseException, weights: Path, limit: int = 300) -> str:
+    # Library messages may quote the absolute file path: show it relative to the repository.
+    root = str(weights.parents[2]) + "/"
+    text = f"{type(e).__name__}: {e}".replace("\n", " ").replace(root, "")
     return text if len(text) <= limit else text[: limit - 3] + "..."

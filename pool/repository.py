@@ -4,6 +4,10 @@
 ``config.yaml`` is reported with the file and field and only hides that model. A version folder
 counts once its weight file exists and has not changed for ``settle_s`` seconds, so a copy in
 progress is not picked up half-written (copying to a temporary name and renaming is best).
+
+The repository is a trust boundary (``pool.trust``): a config naming a module outside the
+operator's allowlist, or TorchScript when the operator disabled it, is refused here with the
+reason, before anything is imported or loaded. Errors name files relative to the repository.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from pydantic import ValidationError
 
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError
-from pool.loader import WEIGHT_FILES
+from pool.loader import WEIGHT_FILES, shown_path
+from pool.trust import TrustSettings, check_import_path, config_import_paths
 
 __all__ = ["VersionEntry", "ModelEntry", "RepositorySnapshot", "ModelRepository", "version_order"]
 
@@ -64,8 +69,10 @@ class ModelRepository:
         *,
         settle_s: float = 0.5,
         clock: Callable[[], float] = time.time,
+        trust: TrustSettings = TrustSettings(),
     ) -> None:
         self.root = Path(root)
+        self.trust = trust
         self.settle_s = settle_s
         self._clock = clock
         # Parsed configs by (path, mtime_ns, size): a poll re-reads only files that changed.
@@ -93,7 +100,7 @@ class ModelRepository:
         cached = self._configs.get(path)
         if cached is None or cached[0] != sig:
             try:
-                result: ModelConfig | ModelLoadError = read_config(model_dir)
+                result: ModelConfig | ModelLoadError = read_config(model_dir, trust=self.trust)
             except ModelLoadError as e:
                 result = e
             cached = (sig, result)
@@ -125,26 +132,43 @@ class ModelRepository:
         return ModelEntry(config.name, config, None, tuple(versions))
 
 
-def read_config(model_dir: Path) -> ModelConfig:
-    """Parse ``model_dir/config.yaml``; raise ModelLoadError naming the file and field."""
+def read_config(model_dir: Path, *, trust: TrustSettings = TrustSettings()) -> ModelConfig:
+    """Parse ``model_dir/config.yaml``; raise ModelLoadError naming the file and field.
+
+    Also refuses (without importing anything) what ``trust`` does not allow.
+    """
     path = model_dir / "config.yaml"
+    shown = shown_path(path, 2)
     try:
         raw = yaml.load(path.read_text(), Loader=_SafeLoader)
     except FileNotFoundError:
-        raise ModelLoadError(str(path), "missing config.yaml") from None
+        raise ModelLoadError(shown, "missing config.yaml") from None
     except yaml.YAMLError as e:
-        raise ModelLoadError(str(path), f"not valid YAML ({e})".replace("\n", " ")) from None
+        raise ModelLoadError(shown, f"not valid YAML ({e})".replace("\n", " ")) from None
     if not isinstance(raw, dict):
-        raise ModelLoadError(str(path), f"expected a mapping, got {type(raw).__name__}")
+        raise ModelLoadError(shown, f"expected a mapping, got {type(raw).__name__}")
     raw.setdefault("name", model_dir.name)
     try:
         config = ModelConfig.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"]) or None
-        raise ModelLoadError(str(path), err["msg"], field=field) from None
+        raise ModelLoadError(shown, err["msg"], field=field) from None
     if config.name != model_dir.name:
         raise ModelLoadError(
-            str(path), f"name {config.name!r} does not match folder {model_dir.name!r}", field="name"
+            shown, f"name {config.name!r} does not match folder {model_dir.name!r}", field="name"
         )
+    check_trust(config, trust, shown)
     return config
+
+
+def check_trust(config: ModelConfig, trust: TrustSettings, shown: str) -> None:
+    """Refuse a config that names code or a format the operator does not allow."""
+    if config.format == "torchscript" and not trust.allow_torchscript:
+        raise ModelLoadError(shown, "TorchScript is disabled by the operator (app setting "
+                             "trust.allow_torchscript: false); use safetensors", field="format")
+    for field, path in config_import_paths(config.fallback, config.architecture):
+        try:
+            check_import_path(path, allow=trust.allowlist, what=field)
+        except ValueError as e:
+            raise ModelLoadError(shown, str(e), field=field) from None

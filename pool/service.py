@@ -20,6 +20,7 @@ from pool.control import ControlFile
 from pool.device import DeviceSpec
 from pool.host import ModelHost, ModelIndexEntry
 from pool.repository import ModelRepository
+from pool.trust import TrustSettings
 from pool.work import PoolRefusal, PoolReply, PoolWork
 
 __all__ = ["PoolService", "cpu_threads_per_replica"]
@@ -38,13 +39,15 @@ def cpu_threads_per_replica(replicas: int) -> int:
 
 class PoolService:
     def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any], *,
-                 poll_interval_s: float = 1.0, replicas: int = 1) -> None:
+                 poll_interval_s: float = 1.0, replicas: int = 1,
+                 trust: TrustSettings | None = None) -> None:
         self.pool = pool
         spec = DeviceSpec(**device)
         if spec.kind == "cpu":
             torch.set_num_threads(spec.threads or cpu_threads_per_replica(replicas))
         accepts = (lambda c: c.device != "cpu") if pool == "gpu" else (lambda c: True)
-        self.host = ModelHost(ModelRepository(repository), DeviceWorker(spec), device_filter=accepts)
+        self.host = ModelHost(ModelRepository(repository, trust=trust or TrustSettings()),
+                              DeviceWorker(spec), device_filter=accepts)
         self.control = ControlFile(state_dir)
         self._poll_s = poll_interval_s
         self._poller: asyncio.Task | None = None

@@ -34,6 +34,7 @@ def build_from_settings(settings: AppSettings) -> Application:
         "repository": settings.repository,
         "state_dir": settings.resolved_state_dir(),
         "poll_interval_s": settings.poll_interval_s,
+        "trust": settings.trust,
     }
     gpu = settings.gpu_pool
     gpus = _gpu_count()

@@ -18,13 +18,14 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
+
+from fallbacks.tasks import cancel_and_wait
 
 __all__ = [
     "CallLog",
@@ -58,6 +59,9 @@ class CallRecord:
     bytes_in: int
     bytes_out: int
     priority: str
+    # True when a caller key proved ``caller``; false for self-declared and anonymous callers.
+    # ``request_id`` is the client's choice: kept for correlation, never used as an identity.
+    caller_verified: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -75,6 +79,7 @@ class CallRecord:
                 cache=str(d["cache"]), degraded=_to_bool(d["degraded"]),
                 bytes_in=int(d["bytes_in"]), bytes_out=int(d["bytes_out"]),
                 priority=str(d["priority"]),
+                caller_verified=_to_bool(d.get("caller_verified", False)),
             )
         except KeyError as e:
             raise ValueError(f"call record: missing field {e.args[0]!r}") from None
@@ -264,9 +269,7 @@ class CallLog:
             except asyncio.TimeoutError:
                 _log.warning("call log: %d records not flushed within %.1fs", self.pending,
                              timeout_s)
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
         await self.sink.aclose()
 
 

@@ -1,13 +1,26 @@
-"""The router's view of which models and versions are live (a snapshot from the pools)."""
+"""The router's view of which models and versions are live (a snapshot from the pools).
+
+Each model's fallback chain is compiled here, when its config arrives (model load), never on
+the request path: a chain that does not compile (a bad rule, a callable outside the operator's
+allowlist) marks that model failed with the reason, which status, the repository index and the
+model-load-failure alert report.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 from typing import Awaitable, Callable
 
-from pool.host import ModelIndexEntry
+from fallbacks import CompiledStep, compile_chain
+from pool.config import ModelConfig
+from pool.host import ModelIndexEntry, VersionState
 from pool.repository import version_order
+from pool.trust import ModuleAllowlist
 from router.errors import ModelNotFound
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ModelCatalog"]
 
@@ -25,19 +38,54 @@ class ModelCatalog:
         *,
         min_miss_refresh_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        allow: ModuleAllowlist = ModuleAllowlist(),
     ) -> None:
         self._fetch = fetch
+        self._allow = allow
         self._index: dict[str, ModelIndexEntry] = {}
+        self._chains: dict[str, tuple[ModelConfig, tuple[CompiledStep, ...] | str]] = {}
         self._clock = clock
         self._last_refresh = float("-inf")
         self._min_miss = min_miss_refresh_s
 
     async def refresh(self) -> None:
-        self._index = await self._fetch()
+        fetched = await self._fetch()
+        chains = {}
+        index = {}
+        for name, entry in fetched.items():
+            if entry.config is None:
+                index[name] = entry
+                continue
+            prev = self._chains.get(name)
+            compiled = prev if prev is not None and prev[0] == entry.config else (
+                entry.config, self._compile(entry.config))
+            chains[name] = compiled
+            index[name] = entry if not isinstance(compiled[1], str) else _failed(entry, compiled[1])
+        self._chains, self._index = chains, index  # rebuilt whole, then assigned
         self._last_refresh = self._clock()
+
+    def _compile(self, config: ModelConfig) -> tuple[CompiledStep, ...] | str:
+        try:
+            return compile_chain(config.fallback, where=f"{config.name}.fallback",
+                                 allow=self._allow)
+        except ValueError as e:  # RuleConfigError included: the reason, for status and alerts
+            log.error("model %s: fallback chain refused: %s", config.name, e)
+            return f"fallback chain: {e}"
+
+    def chain(self, model: str) -> tuple[CompiledStep, ...]:
+        """The compiled fallback chain of a ready model (compiled when its config arrived)."""
+        compiled = self._chains.get(model)
+        if compiled is None or isinstance(compiled[1], str):
+            return ()
+        return compiled[1]
 
     def snapshot(self) -> dict[str, ModelIndexEntry]:
         return self._index
+
+    def failed_models(self) -> frozenset[str]:
+        """Models with a config error or a failed version (the model-load-failure alert)."""
+        return frozenset(n for n, e in self._index.items()
+                         if e.error or any(v.state == "failed" for v in e.versions.values()))
 
     async def resolve(self, model: str, version: str | None) -> tuple[ModelIndexEntry, str]:
         """Return the entry and the concrete version, or raise ModelNotFound naming the field."""
@@ -46,6 +94,8 @@ class ModelCatalog:
         if stale and self._clock() - self._last_refresh >= self._min_miss:
             await self.refresh()
             entry = self._index.get(model)
+        if entry is not None and entry.config is not None and entry.error and not entry.ready:
+            raise ModelNotFound(f"model: {model!r} failed to load ({entry.error})", field="model")
         if entry is None or entry.config is None:
             known = ", ".join(sorted(n for n, e in self._index.items() if e.ready)) or "none"
             raise ModelNotFound(f"model: unknown model {model!r}; available: {known}", field="model")
@@ -64,6 +114,12 @@ class ModelCatalog:
                 field="version",
             )
         return entry, version
+
+
+def _failed(entry: ModelIndexEntry, reason: str) -> ModelIndexEntry:
+    """``entry`` with every version failed for ``reason`` (nothing of it is served)."""
+    versions = {v: VersionState("failed", reason, s.signature) for v, s in entry.versions.items()}
+    return replace(entry, default_version=None, versions=versions, error=reason)
 
 
 def _states(entry: ModelIndexEntry) -> str:

@@ -1,11 +1,16 @@
-"""Typed errors of the public API.
+"""Typed errors of the public API: defined in :mod:`fallbacks.errors`, re-exported here."""
 
-Each error carries the HTTP status it maps to and, where it applies, the request field at fault,
-so the HTTP layer and the handle client report the same thing. All are picklable (they cross Ray
-handles); the client helper unwraps Ray's wrapper and re-raises these.
-"""
-
-from __future__ import annotations
+from fallbacks.errors import (
+    DeadlineExceeded,
+    Forbidden,
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    QuotaExceeded,
+    ServiceUnavailable,
+    TimeshareError,
+    Unauthorized,
+)
 
 __all__ = [
     "TimeshareError",
@@ -13,73 +18,8 @@ __all__ = [
     "ModelNotFound",
     "PayloadTooLarge",
     "Unauthorized",
+    "Forbidden",
     "QuotaExceeded",
     "ServiceUnavailable",
     "DeadlineExceeded",
 ]
-
-
-class TimeshareError(Exception):
-    """Base class: ``status_code`` is the HTTP status, ``field`` the offending field if any."""
-
-    status_code: int = 500
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-    def __reduce__(self):  # keyword-only args need an explicit pickle recipe
-        return (_rebuild, (type(self), self.message, self.field))
-
-    def to_dict(self) -> dict:
-        body: dict = {"error": self.message, "type": type(self).__name__}
-        if self.field is not None:
-            body["field"] = self.field
-        return body
-
-
-def _rebuild(cls: type[TimeshareError], message: str, field: str | None) -> TimeshareError:
-    return cls(message, field=field)
-
-
-class InvalidRequest(TimeshareError):
-    """Malformed or mismatched input (HTTP 400)."""
-
-    status_code = 400
-
-
-class ModelNotFound(TimeshareError):
-    """Unknown model, route or version (HTTP 404)."""
-
-    status_code = 404
-
-
-class PayloadTooLarge(TimeshareError):
-    """Request body or tensor over the configured size (HTTP 413)."""
-
-    status_code = 413
-
-
-class Unauthorized(TimeshareError):
-    """Missing or wrong API key on a protected endpoint (HTTP 401)."""
-
-    status_code = 401
-
-
-class QuotaExceeded(TimeshareError):
-    """The caller is over its concurrency or rate limit (HTTP 429)."""
-
-    status_code = 429
-
-
-class ServiceUnavailable(TimeshareError):
-    """No answer could be produced and no fallback applies (HTTP 503)."""
-
-    status_code = 503
-
-
-class DeadlineExceeded(TimeshareError):
-    """The deadline passed and the model's fallback chain is empty (HTTP 504)."""
-
-    status_code = 504

@@ -1,7 +1,9 @@
 """HTTP routes (Open Inference Protocol v2) over a ``Frontend``; no Ray here.
 
 The ingress deployment mounts this FastAPI app; tests can mount it on a plain ASGI server too.
-Every error becomes a JSON body ``{"error": ..., "field": ...}`` with its 4xx/5xx status.
+Every error, including unmatched paths and errors FastAPI itself raises, is a JSON body
+``{"error": ..., "type": ..., "field": ...}`` with its 4xx/5xx status; the OpenAPI schema
+declares the request bodies and those error responses.
 """
 
 from __future__ import annotations
@@ -12,23 +14,36 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
-from router.errors import InvalidRequest, PayloadTooLarge, TimeshareError, Unauthorized
+from router.errors import (
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    TimeshareError,
+    Unauthorized,
+)
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
-
 from router.v2 import (
     HEADER_LENGTH,
     DecodedRequest,
+    check_bool,
     decode_infer_request,
     encode_infer_response,
-    model_metadata,
+    parse_decimal,
 )
+from router.v2_schema import ERROR_RESPONSES, INFER_BODY
 
-__all__ = ["Frontend", "build_http_app", "request_from_v2"]
+__all__ = ["Frontend", "build_http_app", "request_from_v2", "MAX_NAME_CHARS"]
 
 log = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 256  # model, route and version names longer than this are refused (400)
+_STATUS_TYPES = {404: ModelNotFound, 405: InvalidRequest, 413: PayloadTooLarge}
 
 
 class Frontend(Protocol):
@@ -40,7 +55,8 @@ class Frontend(Protocol):
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
     def live_models(self) -> dict[str, Any]: ...
-    async def model_entry(self, name: str, version: str | None): ...
+    async def model_metadata(self, name: str, version: str | None) -> dict[str, Any]: ...
+    async def model_ready(self, name: str, version: str | None) -> None: ...
     async def repository_index(self) -> list[dict[str, Any]]: ...
     async def load_model(self, name: str) -> dict[str, Any]: ...
     async def unload_model(self, name: str) -> dict[str, Any]: ...
@@ -51,9 +67,15 @@ def _error(e: TimeshareError) -> JSONResponse:
     return JSONResponse(e.to_dict(), status_code=e.status_code)
 
 
+def _error_body(status: int, message: str, field: str | None = None) -> JSONResponse:
+    kind = _STATUS_TYPES.get(status, TimeshareError).__name__
+    body = {"error": message, "type": kind, **({"field": field} if field else {})}
+    return JSONResponse(body, status_code=status)
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    if length is not None and parse_decimal(length, "Content-Length") > limit:
         raise PayloadTooLarge(f"body: {length} bytes exceeds the limit of {limit}", field="body")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -64,20 +86,33 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def request_from_v2(model: str, version: str | None, decoded) -> InferenceRequest:
+def _number(p: dict[str, Any], key: str) -> float | None:
+    value = p.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"parameters.{key}: expected a number, got {value!r}",
+                             field=f"parameters.{key}")
+    return float(value)
+
+
+def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
+                    caller_key: str | None = None) -> InferenceRequest:
     """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras)."""
     p = decoded.parameters
-    deadline_ms = p.get("deadline_ms")
-    if deadline_ms is None and isinstance(p.get("timeout"), (int, float)) and p["timeout"] > 0:
-        deadline_ms = p["timeout"] / 1000.0  # Triton's timeout is in microseconds
+    deadline_ms = _number(p, "deadline_ms")
+    timeout = _number(p, "timeout")
+    if deadline_ms is None and timeout is not None and timeout > 0:
+        deadline_ms = timeout / 1000.0  # Triton's timeout is in microseconds
+    for key in ("text", "caller"):
+        if p.get(key) is not None and not isinstance(p[key], str):
+            raise InvalidRequest(f"parameters.{key}: expected a string, got {p[key]!r}",
+                                 field=f"parameters.{key}")
+    skip = {k: check_bool(p.get(f"cache_{k}", False), f"parameters.cache_{k}")
+            for k in ("skip_read", "skip_write")}
     fields: dict[str, Any] = {
-        "model": model,
-        "version": version,
-        "inputs": decoded.inputs,
-        "text": p.get("text"),
-        "deadline_ms": deadline_ms,
-        "cache": CacheControl(skip_read=bool(p.get("cache_skip_read", False)),
-                              skip_write=bool(p.get("cache_skip_write", False))),
+        "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
+        "deadline_ms": deadline_ms, "cache": CacheControl(**skip), "caller_key": caller_key,
     }
     if p.get("priority") is not None:
         fields["priority"] = p["priority"]
@@ -85,8 +120,6 @@ def request_from_v2(model: str, version: str | None, decoded) -> InferenceReques
         fields["caller"] = p["caller"]
     if decoded.request_id:
         fields["request_id"] = decoded.request_id
-    from pydantic import ValidationError
-
     try:
         return InferenceRequest(**fields)
     except ValidationError as e:
@@ -96,131 +129,220 @@ def request_from_v2(model: str, version: str | None, decoded) -> InferenceReques
         raise InvalidRequest(f"{name}: {err['msg']}", field=name) from None
 
 
-def build_http_app(front: Frontend) -> FastAPI:
-    app = FastAPI(title="Timeshare", docs_url=None, redoc_url=None)
+def _check_name(kind: str, value: str | None) -> None:
+    if value is not None and len(value) > MAX_NAME_CHARS:
+        raise InvalidRequest(f"{kind}: longer than {MAX_NAME_CHARS} characters", field=kind)
 
+
+def _presented_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    key = auth[7:] if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
+    return key or None
+
+
+def build_http_app(front: Frontend) -> FastAPI:
+    """The v2 app: health, metadata, inference, repository and status routes over ``front``."""
+    app = FastAPI(title="Timeshare", docs_url=None, redoc_url=None, version="0.1.0")
+    _add_error_handlers(app)
+    app.include_router(_health_routes(front))
+    app.include_router(_model_routes(front))
+    app.include_router(_infer_routes(front))
+    app.include_router(_admin_routes(front))
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(TimeshareError)
     async def _on_error(_: Request, e: TimeshareError):
-        return _error(e)
+        return JSONResponse(e.to_dict(), status_code=e.status_code)
 
-    def _check_key(request: Request) -> None:
-        if front.api_key is None:
-            raise Unauthorized("repository API disabled: no api_key configured")
-        auth = request.headers.get("authorization", "")
-        given = auth[7:] if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        if not given or not hmac.compare_digest(given.encode(), front.api_key.encode()):
-            raise Unauthorized("missing or wrong API key (Authorization: Bearer KEY or X-API-Key)")
+    @app.exception_handler(HTTPException)
+    async def _on_http(request: Request, e: HTTPException):
+        if e.status_code == 404:
+            return _error_body(404, f"path: no route {request.url.path!r}", "path")
+        return _error_body(e.status_code, f"{request.method} {request.url.path}: {e.detail}")
 
-    @app.get("/v2/health/live")
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(_: Request, e: RequestValidationError):
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"][1:]) or None
+        return _error_body(400, f"{field}: {err['msg']}", field)
+
+    @app.exception_handler(Exception)
+    async def _on_crash(request: Request, e: Exception):  # a bug: still the app's shape
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error_body(500, f"internal error ({type(e).__name__})")
+
+
+def _health_routes(front: Frontend) -> APIRouter:
+    r = APIRouter(responses=ERROR_RESPONSES)
+
+    @r.get("/v2/health/live")
     async def live():
         return {"live": True}
 
-    @app.get("/v2/health/ready")
+    @r.get("/v2/health/ready")
     async def ready():
         ok = any(e.ready for e in front.live_models().values())
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    @app.get("/v2")
+    @r.get("/v2")
     async def server_metadata():
         return {"name": "timeshare", "version": "0.1.0",
                 "extensions": ["binary_tensor_data", "model_repository", "timeshare_status"]}
 
-    @app.get("/v2/status")
-    async def status():
+    @r.get("/v2/status")
+    async def status(request: Request):
+        if front.api_key is not None:  # inventory, budgets, breakers: operators only
+            _check_key(front, request)
         return await front.status()
 
+    return r
+
+
+def _model_routes(front: Frontend) -> APIRouter:
+    """Metadata and readiness of models and routes (routes are virtual models)."""
+    r = APIRouter(responses=ERROR_RESPONSES)
+
     async def _metadata(name: str, version: str | None):
-        entry, _ = await front.model_entry(name, version)
-        ready = sorted(v for v, s in entry.versions.items() if s.state == "ready")
-        return model_metadata(entry.config, ready)
+        _check_name("model", name)
+        _check_name("version", version)
+        return await front.model_metadata(name, version)
 
     async def _ready(name: str, version: str | None):
+        _check_name("model", name)
+        _check_name("version", version)
         try:
-            await front.model_entry(name, version)
+            await front.model_ready(name, version)
         except TimeshareError as e:
-            return JSONResponse({"ready": False, "error": e.message}, status_code=400)
+            return JSONResponse({"ready": False, **e.to_dict()}, status_code=400)
         return {"ready": True}
 
-    @app.get("/v2/models/{name}")
+    @r.get("/v2/models/{name}")
     async def metadata(name: str):
         return await _metadata(name, None)
 
-    @app.get("/v2/models/{name}/versions/{version}")
+    @r.get("/v2/models/{name}/versions/{version}")
     async def metadata_version(name: str, version: str):
         return await _metadata(name, version)
 
-    @app.get("/v2/models/{name}/ready")
+    @r.get("/v2/models/{name}/ready")
     async def model_ready(name: str):
         return await _ready(name, None)
 
-    @app.get("/v2/models/{name}/versions/{version}/ready")
+    @r.get("/v2/models/{name}/versions/{version}/ready")
     async def model_version_ready(name: str, version: str):
         return await _ready(name, version)
 
+    return r
+
+
+async def _decode(front: Frontend, name: str, version: str | None, request: Request, *,
+                  stream: bool) -> tuple[DecodedRequest, InferenceRequest]:
+    _check_name("model", name)
+    _check_name("version", version)
+    body = await _read_body(request, front.max_body_bytes)
+    hl = request.headers.get(HEADER_LENGTH)
+    if hl is not None and stream:
+        raise InvalidRequest("Inference-Header-Content-Length: infer_stream takes JSON bodies "
+                             "only", field="Inference-Header-Content-Length")
+    length = parse_decimal(hl, "Inference-Header-Content-Length") if hl is not None else None
+    decoded = decode_infer_request(body, length)
+    if stream:
+        _check_json_only(decoded)
+    return decoded, request_from_v2(name, version, decoded, caller_key=_presented_key(request))
+
+
+def _check_json_only(decoded: DecodedRequest) -> None:
+    """Server-sent events carry JSON text: binary outputs cannot be streamed."""
+    if decoded.binary_all:
+        raise InvalidRequest("parameters.binary_data_output: infer_stream sends JSON only",
+                             field="parameters.binary_data_output")
+    for name, binary in decoded.outputs or ():
+        if binary:
+            raise InvalidRequest(f"outputs.{name}.parameters.binary_data: infer_stream sends "
+                                 f"JSON only", field=f"outputs.{name}.parameters.binary_data")
+
+
+def _infer_routes(front: Frontend) -> APIRouter:
+    r = APIRouter(responses=ERROR_RESPONSES)
+
     async def _infer(name: str, version: str | None, request: Request) -> Response:
-        body = await _read_body(request, front.max_body_bytes)
-        hl = request.headers.get(HEADER_LENGTH)
-        if hl is not None and not hl.isdigit():
-            raise InvalidRequest(f"Inference-Header-Content-Length: expected an integer, got {hl!r}",
-                                 field="Inference-Header-Content-Length")
-        decoded = decode_infer_request(body, int(hl) if hl is not None else None)
-        response = await front.infer(request_from_v2(name, version, decoded))
+        decoded, req = await _decode(front, name, version, request, stream=False)
+        response = await front.infer(req)
         payload, headers = encode_infer_response(response, decoded)
         return Response(payload, headers=headers, media_type=headers["content-type"])
 
     async def _stream(name: str, version: str | None, request: Request) -> Response:
-        """Server-sent events: one ``data:`` v2 JSON response per answer (fast, then refined)."""
-        body = await _read_body(request, front.max_body_bytes)
-        decoded = decode_infer_request(body, None)
-        req = request_from_v2(name, version, decoded)
+        """Server-sent events: one ``data:`` v2 JSON response per answer (fast, then refined).
+
+        Everything that can fail for the request's own sake (decoding, the first answer, the
+        requested outputs) fails before the 200 is sent; only a later answer's error travels
+        in-band as an ``error`` event.
+        """
+        decoded, req = await _decode(front, name, version, request, stream=True)
         answers = front.stream(req)
-        first = await answers.__anext__()  # errors before the first answer keep their 4xx status
-        plain = DecodedRequest(decoded.request_id, {}, decoded.parameters, decoded.outputs, False)
+        first, _ = encode_infer_response(await answers.__anext__(), decoded)
 
         async def events():
-            resp = first
+            yield b"data: " + first + b"\n\n"
             while True:
-                payload, _ = encode_infer_response(resp, plain)
-                yield b"data: " + payload + b"\n\n"
                 try:
-                    resp = await answers.__anext__()
+                    payload, _ = encode_infer_response(await answers.__anext__(), decoded)
                 except StopAsyncIteration:
                     return
-                except TimeshareError as e:  # after the first answer: report in-band
+                except TimeshareError as e:
                     yield b"event: error\ndata: " + json.dumps(e.to_dict()).encode() + b"\n\n"
                     return
+                yield b"data: " + payload + b"\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    @app.post("/v2/models/{name}/infer_stream")
+    @r.post("/v2/models/{name}/infer_stream", openapi_extra=INFER_BODY)
     async def infer_stream(name: str, request: Request):
         return await _stream(name, None, request)
 
-    @app.post("/v2/models/{name}/versions/{version}/infer_stream")
+    @r.post("/v2/models/{name}/versions/{version}/infer_stream", openapi_extra=INFER_BODY)
     async def infer_stream_version(name: str, version: str, request: Request):
         return await _stream(name, version, request)
 
-    @app.post("/v2/models/{name}/infer")
+    @r.post("/v2/models/{name}/infer", openapi_extra=INFER_BODY)
     async def infer(name: str, request: Request):
         return await _infer(name, None, request)
 
-    @app.post("/v2/models/{name}/versions/{version}/infer")
+    @r.post("/v2/models/{name}/versions/{version}/infer", openapi_extra=INFER_BODY)
     async def infer_version(name: str, version: str, request: Request):
         return await _infer(name, version, request)
 
-    @app.post("/v2/repository/index")
+    return r
+
+
+def _check_key(front: Frontend, request: Request) -> None:
+    if front.api_key is None:
+        raise Unauthorized("repository API disabled: no api_key configured")
+    given = _presented_key(request) or ""
+    if not given or not hmac.compare_digest(given.encode(), front.api_key.encode()):
+        raise Unauthorized("missing or wrong API key (Authorization: Bearer KEY or X-API-Key)")
+
+
+def _admin_routes(front: Frontend) -> APIRouter:
+    r = APIRouter(responses=ERROR_RESPONSES)
+
+    @r.post("/v2/repository/index")
     async def repo_index(request: Request):
-        _check_key(request)
+        _check_key(front, request)
         return await front.repository_index()
 
-    @app.post("/v2/repository/models/{name}/load")
+    @r.post("/v2/repository/models/{name}/load")
     async def repo_load(name: str, request: Request):
-        _check_key(request)
+        _check_key(front, request)
+        _check_name("name", name)
         return await front.load_model(name)
 
-    @app.post("/v2/repository/models/{name}/unload")
+    @r.post("/v2/repository/models/{name}/unload")
     async def repo_unload(name: str, request: Request):
-        _check_key(request)
+        _check_key(front, request)
+        _check_name("name", name)
         return await front.unload_model(name)
 
-    return app
+    return r

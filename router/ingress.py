@@ -8,6 +8,7 @@ forwards alert events to the alerter deployment fire-and-forget.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -17,18 +18,26 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from fallbacks import BreakerRegistry, BreakerState, CallerQuotas, StateTransition
+from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
 from router.cache import ResultCache
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
-from router.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
+from router.errors import (
+    Forbidden,
+    InvalidRequest,
+    ModelNotFound,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from router.http import build_http_app
+from router.v2 import model_metadata, route_metadata
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.routes import build_strategy, load_routes
-from router.schemas import InferenceRequest, InferenceResponse
+from router.schemas import ANONYMOUS, InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 
@@ -46,6 +55,9 @@ class Ingress:
 
         self.settings = s = settings
         self.api_key = s.resolved_api_key()
+        # Keys are looked up by digest: a dict probe on the secret itself would leak timing.
+        self._caller_keys = None if s.caller_keys is None else {
+            _digest(k): who for k, who in s.caller_keys.items()}
         self.max_body_bytes = s.max_body_bytes
         self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
         self._local: PoolService | None = None
@@ -55,13 +67,13 @@ class Ingress:
             self._local = PoolService(
                 "cpu", s.repository, s.resolved_state_dir(),
                 {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
-                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas)
+                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust)
             await self._local.start()
             self._pools["cpu"] = LocalPoolClient(self._local)
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
         self._load: dict[str, list] = {}
-        self.catalog = ModelCatalog(self._fetch_index)
+        self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
         self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
         if s.prometheus_port is not None:
             import prometheus_client
@@ -100,6 +112,16 @@ class Ingress:
         """Serve asks for the ASGI app after __init__; it is built over this instance."""
         return self._app
 
+    async def __del__(self) -> None:
+        """Serve calls this on shutdown: stop the background loops, flush the call log."""
+        if not hasattr(self, "_app"):  # __init__ failed part way: nothing of ours is running
+            return
+        await cancel_and_wait(self._tasks)
+        await self.pipeline.close()
+        await self.call_log.close(timeout_s=2.0)
+        if self._local is not None:
+            await self._local.close()
+
     # -- background ---------------------------------------------------------------------------
     async def _fetch_index(self):
         return await self._pools["cpu"].index()
@@ -120,9 +142,8 @@ class Ingress:
         while True:
             await asyncio.sleep(self.settings.alert_eval_interval_s)
             try:
-                failed = frozenset(
-                    n for n, e in self.catalog.snapshot().items()
-                    if e.error or any(v.state == "failed" for v in e.versions.values()))
+                failed = self.catalog.failed_models()
+                channels = await self._failing_channels()
                 snap = MetricsSnapshot(
                     at=time.time(), models=self.counters.snapshot(),
                     open_breakers=frozenset(f"{m}@{p}" for (m, p), st in
@@ -134,11 +155,23 @@ class Ingress:
                         for pool, stats in self._load.items() for st in stats
                         if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
-                    else frozenset({"redis"}))
+                    else frozenset({"redis"}),
+                    failing_channels=channels)
                 for alert in self._evaluator.evaluate(snap):
                     self._alert(alert.to_dict())
             except Exception:  # alerting never takes serving down
                 log.exception("alert evaluation failed")
+
+    async def _failing_channels(self) -> frozenset[str]:
+        """The alerter's channels whose last delivery failed (the channel_failing rule)."""
+        if self._alerter is None:
+            return frozenset()
+        try:
+            return frozenset(await asyncio.wait_for(
+                self._alerter.failing_channels.remote(), self.settings.alert_eval_interval_s))
+        except Exception as e:  # the alerter restarting: no news is not a failure
+            log.warning("alerter channel status unavailable: %s", e)
+            return frozenset()
 
     def _alert(self, alert: dict[str, Any]) -> None:
         if self._alerter is not None:
@@ -156,7 +189,7 @@ class Ingress:
     # -- handle API -----------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one inference. Raises typed ``router.errors`` exceptions on bad input."""
-        request = _check(request)
+        request = self._accept(request)
         with self.telemetry.span("timeshare.infer", model=request.model,
                                  priority=request.priority.label, caller=request.caller) as span:
             resp = await self.pipeline.infer(request)
@@ -166,12 +199,12 @@ class Ingress:
             return resp
 
     def stream(self, request: InferenceRequest):
-        return self.pipeline.stream(_check(request))
+        return self.pipeline.stream(self._accept(request))
 
     async def infer_stream(self, request: InferenceRequest):
         """Stream answers (``handle.options(stream=True).infer_stream.remote(req)``): one, or
         the fast then the refined answer of a fast-then-refine route."""
-        async for resp in self.pipeline.stream(_check(request)):
+        async for resp in self.pipeline.stream(self._accept(request)):
             yield resp
 
     async def status(self) -> dict[str, Any]:
@@ -186,6 +219,7 @@ class Ingress:
         out["cache"] = {"counters": self.cache.counters(),
                         "redis_available": self.cache.redis_available}
         out["routes"] = sorted(self.pipeline.routes)
+        out["caller_keys"] = self._caller_keys is not None
         if self._alerter is not None:
             try:
                 out["alerts"] = await self._alerter.status.remote()
@@ -197,8 +231,31 @@ class Ingress:
     def live_models(self):
         return self.catalog.snapshot()
 
-    async def model_entry(self, name: str, version: str | None):
-        return await self.catalog.resolve(name, version)
+    async def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        """v2 metadata of a model or a route (a virtual model: its models' tensors)."""
+        if name in self.pipeline.routes:
+            rc = self.pipeline.routes[name]
+            models = await self._route_models(name, version)
+            entry, _ = await self.catalog.resolve(models[0], None)
+            assert entry.config is not None  # resolve raises for a model without a config
+            return route_metadata(name, rc.strategy, models, entry.config)
+        entry, _ = await self.catalog.resolve(name, version)
+        assert entry.config is not None
+        ready = sorted(v for v, s in entry.versions.items() if s.state == "ready")
+        return model_metadata(entry.config, ready)
+
+    async def model_ready(self, name: str, version: str | None) -> None:
+        """Raise (naming why) unless the model, or every model of the route, is ready."""
+        if name in self.pipeline.routes:
+            for model in await self._route_models(name, version):
+                await self.catalog.resolve(model, None)
+            return
+        await self.catalog.resolve(name, version)
+
+    async def _route_models(self, name: str, version: str | None) -> list[str]:
+        _no_route_version(name, version)
+        rc = self.pipeline.routes[name]
+        return [m for m in (rc.cheap, rc.expensive) if m]
 
     async def repository_index(self) -> list[dict[str, Any]]:
         await self.catalog.refresh()
@@ -254,12 +311,53 @@ class Ingress:
         return {"name": name, "state": "UNLOADED"}
 
 
-def _check(request: Any) -> InferenceRequest:
-    if not isinstance(request, InferenceRequest):
-        raise InvalidRequest(
-            f"request: expected router.schemas.InferenceRequest, got {type(request).__name__}",
-            field="request")
-    return request
+    def _accept(self, request: Any) -> InferenceRequest:
+        """Type, route-version and caller-identity checks every entry point shares."""
+        if not isinstance(request, InferenceRequest):
+            raise InvalidRequest(
+                f"request: expected router.schemas.InferenceRequest, got "
+                f"{type(request).__name__}", field="request")
+        if request.model in self.pipeline.routes:
+            _no_route_version(request.model, request.version)
+        return identify(request, self._caller_keys)
+
+
+def _no_route_version(route: str, version: str | None) -> None:
+    if version is not None:
+        raise InvalidRequest(f"version: {route!r} is a route (a virtual model) and has no "
+                             f"versions; got {version!r}", field="version")
+
+
+def identify(request: InferenceRequest, keys: dict[str, str] | None) -> InferenceRequest:
+    """The request with its caller proven by its key (``keys``: key digest -> identity).
+
+    Without caller keys the declared caller stays, unverified. With them: no key means
+    anonymous (a declared caller is a 403), an unknown key is a 401, and a key whose identity
+    differs from the declared caller is a 403. The key itself never travels further.
+    """
+    key = request.caller_key
+    if keys is None:
+        if key is None and not request.caller_verified:
+            return request  # the common case: no copy
+        return request.model_copy(update={"caller_key": None, "caller_verified": False})
+    if key is None:
+        if request.caller != ANONYMOUS:
+            raise Forbidden(f"caller: {request.caller!r} needs its caller key (Authorization: "
+                            f"Bearer KEY); without one a request is {ANONYMOUS!r}",
+                            field="caller")
+        return request.model_copy(update={"caller_verified": False})
+    identity = keys.get(_digest(key))
+    if identity is None:
+        raise Unauthorized("caller_key: unknown caller key", field="caller_key")
+    if request.caller not in (ANONYMOUS, identity):
+        raise Forbidden(f"caller: the key belongs to {identity!r}, not {request.caller!r}",
+                        field="caller")
+    return request.model_copy(
+        update={"caller": identity, "caller_key": None, "caller_verified": True})
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _embedder(s: AppSettings):

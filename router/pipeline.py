@@ -26,10 +26,8 @@ from fallbacks import (
     CallerQuotas,
     ChainConfig,
     ChainRunner,
-    CompiledStep,
     Deadline,
     Target,
-    compile_chain,
 )
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
 from policies.priority import Priority
@@ -110,11 +108,11 @@ class Pipeline:
         # adaptive throttle is not used: with one CPU pool it would let one broken model
         # throttle every model on it.
         self.runner = ChainRunner(PoolExecutor(catalog, self.pools, clock=clock, wall=wall),
-                                  config=config.chain, breakers=breakers, clock=clock)
+                                  config=config.chain, breakers=breakers, clock=clock,
+                                  default_pool="gpu" if "gpu" in self.pools else "cpu")
         self.route_runner = RouteRunner(
             routes or {}, strategies or {}, self._answer, catalog, pools=tuple(self.pools),
             load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng)
-        self._chains: dict[str, tuple[ModelConfig, tuple[CompiledStep, ...]]] = {}
         self._in_flight: dict[tuple[str, Priority], int] = {}
 
     @property
@@ -202,7 +200,7 @@ class Pipeline:
             outputs=dict(answer.outputs), served_by=answer.served_by,
             degraded=getattr(answer, "degraded", False), reason=getattr(answer, "reason", None),
             cache=outcome.tier, similarity=outcome.similarity, timings=timings, route=None,
-            final=True,
+            final=True, caller=req.caller, caller_verified=req.caller_verified,
         )
 
     async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: str,
@@ -216,7 +214,7 @@ class Pipeline:
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
             res = await self.runner.run(
-                freq, deadline=deadline, chain=self._chain(work.config),
+                freq, deadline=deadline, chain=self.catalog.chain(work.model),
                 primary=None if shed else Target(work.model, work.version, pool), reason=shed)
         finally:
             self._in_flight[key] -= 1
@@ -227,16 +225,10 @@ class Pipeline:
             if not res.degraded:
                 self.route_runner.observe(work.model, reply.compute_ms / 1e3)
         rows = next(iter(work.inputs.values())).shape[0]
-        return _Answer(outputs=_broadcast(res.outputs, rows), served_by=res.served_by,
+        return _Answer(outputs=_broadcast(res.outputs, rows, work.config),
+                       served_by=res.served_by,
                        version=res.version, degraded=res.degraded, reason=res.reason,
                        timings=timings)
-
-    def _chain(self, cfg: ModelConfig) -> tuple[CompiledStep, ...]:
-        cached = self._chains.get(cfg.name)
-        if cached is None or cached[0] is not cfg:
-            cached = (cfg, compile_chain(cfg.fallback, where=f"{cfg.name}.fallback"))
-            self._chains[cfg.name] = cached
-        return cached[1]
 
     def _admission(self, pool: str, priority: Priority, deadline: Deadline) -> str | None:
         """The shed reason, or None to admit (pure decision in policies.admission)."""
@@ -252,6 +244,10 @@ class Pipeline:
                                     config=self.config.admission)
         return None if decision.admit else f"shed: {decision.reason}"
 
+    async def close(self) -> None:
+        """Cancel the background (shadow) runs; the owner calls it on shutdown."""
+        await self.route_runner.close()
+
     def _record(self, req, resp, err, start: float) -> None:
         elapsed = self._clock() - start
         for r in self._recorders:
@@ -261,11 +257,16 @@ class Pipeline:
                 log.exception("recorder %r failed", r)
 
 
-def _broadcast(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-    """Static/rule outputs configured for one row answer every row of the request."""
+def _broadcast(outputs: Mapping[str, np.ndarray], rows: int, cfg: ModelConfig
+               ) -> dict[str, np.ndarray]:
+    """Static/rule outputs configured for one row answer every row of the request, in the
+    model's declared output dtypes (typed clients must not see FP64 exactly when degraded)."""
+    dtypes = {t.name: np.dtype(t.numpy_dtype) for t in cfg.outputs}
     out = {}
     for k, v in outputs.items():
         arr = np.asarray(v)
+        if k in dtypes and arr.dtype != dtypes[k]:
+            arr = arr.astype(dtypes[k])
         if arr.ndim >= 1 and arr.shape[0] == 1 and rows != 1:
             arr = np.repeat(arr, rows, axis=0)
         out[k] = arr

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fallbacks import Deadline
+from fallbacks.tasks import cancel_and_wait
 from policies.estimates import ewma
 from policies.priority import Priority
 from policies.routing import PlanKind, RouteRequest, RouteStrategy, merge_rows
@@ -165,6 +166,10 @@ class RouteRunner:
         task = asyncio.get_running_loop().create_task(go())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        """Cancel the background (shadow) runs; the pipeline's owner calls it on shutdown."""
+        await cancel_and_wait(list(self._background))
 
 
 def _append(path: str, line: str) -> None:

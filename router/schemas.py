@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from policies.priority import Priority, parse_priority
 
 __all__ = [
+    "ANONYMOUS",
     "CacheControl",
     "InferenceRequest",
     "InferenceResponse",
@@ -23,6 +24,9 @@ __all__ = [
     "Timings",
     "to_numpy",
 ]
+
+
+ANONYMOUS = "anonymous"  # the caller of a request that presents no caller key
 
 
 def to_numpy(name: str, value: Any) -> np.ndarray:
@@ -65,7 +69,14 @@ class InferenceRequest(BaseModel):
     deadline_ms: float | None = Field(
         None, gt=0, description="Time budget from arrival; model config default when omitted."
     )
-    caller: str = Field("anonymous", min_length=1, max_length=128, description="Caller identity.")
+    caller: str = Field(ANONYMOUS, min_length=1, max_length=128, description=(
+        "Caller identity. When the app has caller keys, it is the identity of caller_key and a "
+        "different value is refused (403); without caller keys it is self-declared and labelled "
+        "unverified."))
+    caller_key: str | None = Field(None, repr=False, description=(
+        "Caller key (app setting caller_keys); the ingress replaces it by the identity."))
+    caller_verified: bool = Field(False, description=(
+        "Set by the ingress only: true when caller was proven by a caller key."))
     cache: CacheControl = Field(default_factory=CacheControl, description="Cache controls.")
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Request id.")
 
@@ -123,3 +134,5 @@ class InferenceResponse(BaseModel):
     timings: Timings = Field(default_factory=Timings)
     route: RouteInfo | None = None
     final: bool = Field(True, description="False for the early answer of fast-then-refine.")
+    caller: str = Field(ANONYMOUS, description="Who was billed: the request's caller.")
+    caller_verified: bool = Field(False, description="True when a caller key proved the caller.")

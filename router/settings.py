@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fallbacks import BreakerConfig, QuotaConfig
 from policies.admission import AdmissionConfig
+from pool.trust import TrustSettings
 from router.cache import CacheSettings
 
 __all__ = ["PoolSettings", "CpuPoolSettings", "GpuPoolSettings", "AppSettings", "load_settings",
@@ -71,10 +72,20 @@ class AppSettings(BaseModel):
     repository: str = Field(..., description="Model repository folder.")
     state_dir: str | None = Field(None, description="State folder; default <repository>/.timeshare.")
     environment: Literal["test", "staging", "prod"] = Field("test", description="Overlay name.")
-    api_key: str | None = Field(None, description="Key for /v2/repository/* (401 without it).")
+    api_key: str | None = Field(
+        None, description="Operator key for /v2/repository/* and /v2/status (401 without it).")
     api_key_env: str | None = Field(
         "TIMESHARE_API_KEY", description="Environment variable read when api_key is unset."
     )
+    caller_keys: dict[str, str] | None = Field(
+        None, description="Caller keys: key -> caller identity. When set, a request's caller "
+        "is the identity of the key it presents (Authorization: Bearer KEY or X-API-Key; "
+        "InferenceRequest.caller_key on the handle API); a declared caller that differs is a "
+        "403, and a request without a key is served as 'anonymous'.")
+    trust: TrustSettings = Field(
+        default_factory=TrustSettings,
+        description="What model configs may execute: the module allowlist for architecture "
+        "factories and rule callables, and whether TorchScript loads (see pool.trust).")
     poll_interval_s: float = Field(1.0, gt=0, le=3600, description="Repository poll period.")
     default_deadline_ms: float = Field(1000.0, gt=0, description="Deadline when none is given.")
     fallback_margin_ms: float = Field(10.0, ge=0, description="Budget kept for the fallback.")

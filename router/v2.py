@@ -11,6 +11,7 @@ deadline when deadline_ms is absent).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,10 @@ import numpy as np
 from pool.config import DTYPES, ModelConfig
 from router.errors import InvalidRequest
 from router.schemas import InferenceResponse
+from router.validation import cast_checked
 
-__all__ = ["DecodedRequest", "decode_infer_request", "encode_infer_response", "model_metadata"]
+__all__ = ["DecodedRequest", "decode_infer_request", "encode_infer_response", "model_metadata",
+           "route_metadata", "parse_decimal", "check_bool"]
 
 HEADER_LENGTH = "inference-header-content-length"
 _NP_TO_WIRE = {v: k for k, v in DTYPES.items()}
@@ -39,8 +42,39 @@ def _bad(msg: str, field: str) -> InvalidRequest:
     return InvalidRequest(f"{field}: {msg}", field=field)
 
 
+def parse_decimal(text: str, field: str) -> int:
+    """An ASCII decimal header value (``str.isdigit`` also accepts '²', which ``int`` refuses)."""
+    if not (text.isascii() and text.isdigit()):
+        raise _bad(f"expected a non-negative integer, got {text!r}", field)
+    return int(text)
+
+
+def check_bool(value: Any, field: str) -> bool:
+    """A JSON boolean; ``bool("false")`` is True, so strings and numbers are refused."""
+    if not isinstance(value, bool):
+        raise _bad(f"expected true or false, got {value!r}", field)
+    return value
+
+
+def _params(item: dict[str, Any], field: str) -> dict[str, Any]:
+    params = item.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise _bad(f"expected an object, got {type(params).__name__}", field)
+    return params
+
+
 def decode_infer_request(body: bytes, header_length: int | None) -> DecodedRequest:
     """Parse a v2 infer request body; raise InvalidRequest naming the field."""
+    try:
+        return _decode(body, header_length)
+    except RecursionError:
+        # json and numpy recurse per nesting level; a deeply nested body is bad input, not a 500.
+        raise _bad("nested too deeply", "body") from None
+
+
+def _decode(body: bytes, header_length: int | None) -> DecodedRequest:
     if header_length is not None:
         if header_length < 0 or header_length > len(body):
             raise _bad(f"must be between 0 and the body size {len(body)}, got {header_length}",
@@ -54,9 +88,7 @@ def decode_infer_request(body: bytes, header_length: int | None) -> DecodedReque
         raise _bad(f"malformed JSON ({e})", "body") from None
     if not isinstance(doc, dict):
         raise _bad(f"expected a JSON object, got {type(doc).__name__}", "body")
-    params = doc.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise _bad("expected an object", "parameters")
+    params = _params(doc, "parameters")
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise _bad("expected a non-empty list of input tensors", "inputs")
@@ -65,6 +97,8 @@ def decode_infer_request(body: bytes, header_length: int | None) -> DecodedReque
     for i, item in enumerate(raw_inputs):
         arr, used = _decode_tensor(item, i, binary[offset:])
         offset += used
+        if item["name"] in inputs:
+            raise _bad("given twice", f"inputs.{item['name']}")
         inputs[item["name"]] = arr
     if offset != len(binary):
         raise _bad(f"{len(binary) - offset} trailing bytes not claimed by any input",
@@ -77,7 +111,11 @@ def decode_infer_request(body: bytes, header_length: int | None) -> DecodedReque
         for j, o in enumerate(doc["outputs"]):
             if not isinstance(o, dict) or not isinstance(o.get("name"), str):
                 raise _bad("expected an object with a string 'name'", f"outputs[{j}]")
-            outs.append((o["name"], bool((o.get("parameters") or {}).get("binary_data", False))))
+            where = f"outputs.{o['name']}.parameters"
+            binary_data = _params(o, where).get("binary_data", False)
+            outs.append((o["name"], check_bool(binary_data, f"{where}.binary_data")))
+        if len({name for name, _ in outs}) != len(outs):
+            raise _bad("an output name is given twice", "outputs")
         outputs = tuple(outs)
     rid = doc.get("id")
     return DecodedRequest(
@@ -85,7 +123,8 @@ def decode_infer_request(body: bytes, header_length: int | None) -> DecodedReque
         inputs=inputs,
         parameters=params,
         outputs=outputs,
-        binary_all=bool(params.get("binary_data_output", False)),
+        binary_all=check_bool(params.get("binary_data_output", False),
+                              "parameters.binary_data_output"),
     )
 
 
@@ -102,18 +141,21 @@ def _decode_tensor(item: Any, i: int, binary: memoryview) -> tuple[np.ndarray, i
                                                 and d >= 0 for d in shape)):
         raise _bad(f"expected a list of non-negative integers, got {shape!r}", f"{where}.shape")
     datatype = item.get("datatype")
-    if datatype not in DTYPES:
+    if not isinstance(datatype, str) or datatype not in DTYPES:  # a list is unhashable
         raise _bad(f"expected one of {', '.join(DTYPES)}, got {datatype!r}", f"{where}.datatype")
     dtype = np.dtype(DTYPES[datatype])
-    count = int(np.prod(shape)) if shape else 1
-    size = (item.get("parameters") or {}).get("binary_data_size")
+    count = math.prod(shape)  # Python ints: [2**32, 2**32] must not overflow
+    size = _params(item, f"{where}.parameters").get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or size != count * dtype.itemsize:
+        if isinstance(size, bool) or not isinstance(size, int) or size != count * dtype.itemsize:
             raise _bad(f"expected {count * dtype.itemsize} bytes for shape {shape} "
                        f"{datatype}, got {size!r}", f"{where}.parameters.binary_data_size")
         if size > len(binary):
             raise _bad(f"needs {size} bytes, only {len(binary)} remain", f"{where} binary data")
-        return np.frombuffer(binary[:size], dtype=dtype).reshape(shape).copy(), size
+        raw = binary[:size]
+        if dtype.kind == "b" and bytes(raw).translate(None, b"\x00\x01"):
+            raise _bad("BOOL bytes must be 0 or 1", f"{where} binary data")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy(), size
     if "data" not in item:
         raise _bad("missing (or give parameters.binary_data_size)", f"{where}.data")
     data = item["data"]
@@ -121,19 +163,12 @@ def _decode_tensor(item: Any, i: int, binary: memoryview) -> tuple[np.ndarray, i
         arr = np.asarray(data)
     except (ValueError, TypeError):
         raise _bad("expected a (nested) list of numbers", f"{where}.data") from None
-    if arr.dtype == object or arr.dtype.kind in "USV":
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise _bad(f"expected numbers for datatype {datatype}, got non-numeric values",
                    f"{where}.data")
-    if datatype != "BOOL" and arr.dtype.kind == "b":
-        raise _bad(f"expected numbers for datatype {datatype}, got booleans", f"{where}.data")
     if arr.size != count:
         raise _bad(f"holds {arr.size} values, shape {shape} needs {count}", f"{where}.data")
-    if dtype.kind in "iu" and arr.dtype.kind == "f":
-        raise _bad(f"expected integers for datatype {datatype}, got floats", f"{where}.data")
-    try:
-        return arr.reshape(shape).astype(dtype), 0
-    except (ValueError, OverflowError) as e:
-        raise _bad(f"cannot convert to {datatype} ({e})", f"{where}.data") from None
+    return cast_checked(arr.reshape(shape), dtype, f"{where}.data", datatype), 0
 
 
 def _wire_dtype(arr: np.ndarray) -> str:
@@ -188,6 +223,9 @@ def response_parameters(response: InferenceResponse) -> dict[str, Any]:
         "queue_ms": round(response.timings.queue_ms, 3),
         "compute_ms": round(response.timings.compute_ms, 3),
         "total_ms": round(response.timings.total_ms, 3),
+        # Who was billed, and whether a caller key proved it ("anonymous" without a key).
+        "caller": response.caller,
+        "caller_verified": response.caller_verified,
     }
     if response.reason:
         params["reason"] = response.reason
@@ -207,3 +245,11 @@ def model_metadata(config: ModelConfig, versions: list[str]) -> dict[str, Any]:
         "inputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.inputs],
         "outputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.outputs],
     }
+
+
+def route_metadata(name: str, strategy: str, models: list[str], config: ModelConfig
+                   ) -> dict[str, Any]:
+    """``GET /v2/models/{route}``: a route is a virtual model with the tensors of its models."""
+    meta = model_metadata(config, [])
+    return {**meta, "name": name, "platform": "timeshare_route",
+            "parameters": {"strategy": strategy, "models": models}}

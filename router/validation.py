@@ -11,11 +11,39 @@ import numpy as np
 from pool.config import ModelConfig
 from router.errors import InvalidRequest, PayloadTooLarge
 
-__all__ = ["validate_inputs"]
+__all__ = ["cast_checked", "validate_inputs"]
 
 
 def _fmt_shape(dims: tuple[int, ...]) -> str:
     return "[batch, " + ", ".join("*" if d == -1 else str(d) for d in dims) + "]" if dims else "[batch]"
+
+
+def cast_checked(arr: np.ndarray, want: np.dtype, field: str, wire: str) -> np.ndarray:
+    """``arr`` as dtype ``want`` (wire name ``wire``), refusing every lossy or silent change.
+
+    The one dtype check of the request path (v2 decoder and handle API alike): booleans only
+    for BOOL, no booleans for numbers, no floats for integers, integers within the target's
+    range (UINT8 300 would wrap to 44), and no cross-kind casts numpy calls unsafe.
+    """
+    got = arr.dtype
+    if got == want:
+        return arr
+    if want.kind == "b" or got.kind == "b":
+        what = "booleans (true/false)" if want.kind == "b" else "numbers, not booleans"
+        raise InvalidRequest(f"{field}: expected dtype {wire} ({what}), got {got}", field=field)
+    if want.kind in "iu":
+        if got.kind not in "iu":
+            raise InvalidRequest(f"{field}: expected dtype {wire} (integers), got {got}",
+                                 field=field)
+        info = np.iinfo(want)
+        if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+            raise InvalidRequest(
+                f"{field}: expected dtype {wire} values in [{info.min}, {info.max}], got "
+                f"[{int(arr.min())}, {int(arr.max())}]", field=field)
+        return arr.astype(want)
+    if not np.can_cast(got, want, casting="same_kind"):
+        raise InvalidRequest(f"{field}: expected dtype {wire} ({want}), got {got}", field=field)
+    return arr.astype(want)
 
 
 def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -47,13 +75,7 @@ def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[
     for spec in config.inputs:
         arr = inputs[spec.name]
         field = f"inputs.{spec.name}"
-        want = np.dtype(spec.numpy_dtype)
-        if arr.dtype != want:
-            if not np.can_cast(arr.dtype, want, casting="same_kind"):
-                raise InvalidRequest(
-                    f"{field}: expected dtype {spec.dtype} ({want}), got {arr.dtype}", field=field
-                )
-            arr = arr.astype(want)
+        arr = cast_checked(arr, np.dtype(spec.numpy_dtype), field, spec.dtype)
         if arr.ndim != len(spec.shape) + 1:
             raise InvalidRequest(
                 f"{field}: expected rank {len(spec.shape) + 1} with shape {_fmt_shape(spec.shape)}, "

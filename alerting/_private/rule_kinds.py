@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from alerting.events import Severity
+from alerting.metrics import MetricsSnapshot
 from alerting.rules_config import RulesConfig, RuleSettings
-
-if TYPE_CHECKING:
-    from alerting.rules import MetricsSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,4 +77,4 @@ class CallLogRecorder(Recorder):
             degraded=response.degraded,
             bytes_in=sum(a.nbytes for a in request.inputs.values()),
             bytes_out=sum(getattr(a, "nbytes", 0) for a in response.outputs.values()),
-            priority=request.priority.label))
+            priority=request.priority.label, caller_verified=request.caller_verified))

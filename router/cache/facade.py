@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -263,81 +263,6 @@ class ResultCache:
         task = asyncio.ensure_future(write())
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
-
-    # -- batches -------------------------------------------------------------------------------
-
-    async def lookup_many(
-        self,
-        *,
-        model: str,
-        version: str,
-        inputs_list: Sequence[Mapping[str, np.ndarray]],
-        policy: CacheConfig,
-    ) -> list[tuple[CachedAnswer | None, CacheOutcome]]:
-        """Exact lookups for a batch: memory first, then one Redis round trip (``MGET``) for the
-        rest. A None answer means a miss (outcome ``miss`` or ``bypass``); nothing is computed."""
-        if policy.mode == "none":
-            return [(None, _OFF) for _ in inputs_list]
-        keys = [cache_key(self._settings.key_prefix, model, version, x) for x in inputs_list]
-        results: list[tuple[CachedAnswer | None, CacheOutcome]] = []
-        missing: list[int] = []
-        for i, key in enumerate(keys):
-            hit = self._memory.get(key)
-            self._counters.inc("memory.hit" if hit is not None else "memory.miss")
-            results.append((hit, _MEMORY if hit is not None else _MISS))
-            if hit is None:
-                missing.append(i)
-        if not missing or self._redis is None:
-            return results
-        payloads = await self._redis.get_many([keys[i] for i in missing])
-        if payloads is BYPASS:
-            self._counters.inc("redis.bypass", len(missing))
-            for i in missing:
-                results[i] = (None, _BYPASS)
-            return results
-        for i, payload in zip(missing, payloads):  # type: ignore[arg-type]
-            found = self._from_redis(keys[i], payload, policy) if payload is not None else None
-            if payload is None:
-                self._counters.inc("redis.miss")
-            if found is not None:
-                results[i] = (found, _REDIS)
-        return results
-
-    async def store_many(
-        self,
-        *,
-        model: str,
-        version: str,
-        items: Sequence[tuple[Mapping[str, np.ndarray], CachedAnswer]],
-        policy: CacheConfig,
-    ) -> int:
-        """Store cacheable answers of a batch (one pipelined Redis round trip). Returns how many
-        were stored; answers over ``max_value_bytes`` are skipped."""
-        if policy.mode == "none":
-            return 0
-        now = self._clock()
-        writes: list[tuple[str, bytes, float]] = []
-        stored_count = 0
-        for inputs, answer in items:
-            nbytes = answer.nbytes
-            if nbytes > policy.max_value_bytes:
-                self._counters.inc("skip.too_large")
-                continue
-            key = cache_key(self._settings.key_prefix, model, version, inputs)
-            stored = _frozen(answer)
-            self._memory.put(key, stored, ttl_s=policy.ttl_s, nbytes=nbytes)
-            self._counters.inc("memory.write")
-            stored_count += 1
-            if self._redis is not None:
-                try:
-                    writes.append((key, codec.encode(stored, created_at=now), policy.ttl_s))
-                except codec.CodecError as e:
-                    log.warning("answer of %s@%s not shareable: %s", model, version, e)
-                    self._counters.inc("skip.unencodable")
-        if writes and self._redis is not None:
-            ok = await self._redis.set_many(writes)
-            self._counters.inc("redis.write" if ok else "redis.write_skipped", len(writes))
-        return stored_count
 
     # -- introspection and lifecycle ------------------------------------------------------------
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -93,31 +93,10 @@ class RedisTier:
         """The payload under ``key``, None when absent, ``BYPASS`` when unavailable."""
         return await self._call(lambda: cast("Awaitable[bytes | None]", self._client.get(key)))
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None] | _Bypass:
-        """Payloads of ``keys`` in one round trip (``MGET``)."""
-        if not keys:
-            return []
-        return await self._call(
-            lambda: cast("Awaitable[list[bytes | None]]", self._client.mget(list(keys)))
-        )
-
     async def set(self, key: str, payload: bytes, ttl_s: float) -> bool:
         """Store ``payload`` for ``ttl_s`` (rounded up to whole seconds). False if bypassed."""
         ex = max(1, math.ceil(ttl_s))
         return await self._call(lambda: self._client.set(key, payload, ex=ex)) is not BYPASS
-
-    async def set_many(self, items: Sequence[tuple[str, bytes, float]]) -> bool:
-        """Store several ``(key, payload, ttl_s)`` in one pipelined round trip."""
-        if not items:
-            return True
-
-        async def op() -> Any:
-            pipe = self._client.pipeline(transaction=False)
-            for key, payload, ttl_s in items:
-                pipe.set(key, payload, ex=max(1, math.ceil(ttl_s)))
-            return await pipe.execute()
-
-        return await self._call(op) is not BYPASS
 
     async def close(self) -> None:
         """Close the client and its connection pool."""

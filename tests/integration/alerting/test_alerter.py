@@ -67,7 +67,7 @@ def model_down(clock: FakeClock, instance: str, sev: str = "P1") -> Alert:
         "prod",
         labels={"model": "digits", "instance": instance},
         annotations={"summary": "digits fails"},
-        starts_at=clock.now(),
+        starts_at=clock(),
     )
 
 
@@ -92,8 +92,8 @@ async def test_prod_pages_once_grouped_then_resolves(receiver: Receiver) -> None
     assert pd.body["event_action"] == "trigger" and pd.body["payload"]["severity"] == "critical"
     assert pd.body["payload"]["summary"] == "[FIRING:2] ModelDown (P1 prod)"
     assert len(receiver.at("/team")) == 1  # continue: the team hears about it too
-    alerter.submit(a.resolve(clock.now()))
-    alerter.submit(b.resolve(clock.now()))
+    alerter.submit(a.resolve(clock()))
+    alerter.submit(b.resolve(clock()))
     await advance(alerter, clock, 60)
     pd_resolve = receiver.at("/pd")[1].body
     assert (
@@ -184,9 +184,9 @@ async def test_send_test_reports_each_channel(receiver: Receiver) -> None:
 async def test_background_loop_delivers_with_real_clock(receiver: Receiver) -> None:
     cfg = config("prod", receiver.base)
     cfg.route.routes[0].group_wait = 0.0
-    alerter = Alerter(cfg, clock=SystemClock())
+    alerter = Alerter(cfg, clock=SystemClock)
     await alerter.start()
-    alerter.submit(model_down(SystemClock(), "r1"))  # type: ignore[arg-type]
+    alerter.submit(model_down(SystemClock, "r1"))  # type: ignore[arg-type]
     for _ in range(200):
         if receiver.at("/pd"):
             break
@@ -234,7 +234,7 @@ async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> N
         for _ in range(30):  # past repeat_interval: the acknowledgement survived too
             await advance(third, clock, 60)
         assert len(receiver.at("/pd")) == 1
-        third.submit(a.resolve(clock.now()))
+        third.submit(a.resolve(clock()))
         await advance(third, clock, 60)
         assert [r.body["event_action"] for r in receiver.at("/pd")] == ["trigger", "resolve"]
         await third.stop()

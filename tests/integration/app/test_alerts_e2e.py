@@ -14,7 +14,7 @@ from datetime import datetime
 
 import httpx
 
-from tests.integration.app.appkit import FAIL, iris_rows, v2_body
+from tests.integration.app.appkit import API_KEY, FAIL, iris_rows, v2_body
 
 MODEL = "chaos-alert"
 RULE = "TimeshareErrorRate"
@@ -110,7 +110,8 @@ def test_failing_model_pages_once_then_resolves_once(app, http):
     assert notes[0]["groupKey"] == notes[1]["groupKey"]
 
     # the alerter reports through GET /v2/status
-    st = httpx.get(f"{app.url}/v2/status", timeout=30).json()["alerts"]
+    st = httpx.get(f"{app.url}/v2/status", headers={"X-API-Key": API_KEY},
+                   timeout=30).json()["alerts"]
     assert st["environment"] == "prod"
     assert st["rejected"] == 0
     hook = [c for name, c in st["channels"].items() if name.startswith("hook/")]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.integration.app.appkit import HANG, make_chaos_model, v2_body
+from tests.integration.app.appkit import API_KEY, HANG, make_chaos_model, v2_body
 
 SMALL, LARGE = "digits-small", "digits-large"
 VERSIONED = "cache-versions"  # an iris model of this file's own with versions 1 and 2
@@ -45,7 +45,7 @@ def _out(resp: dict) -> np.ndarray:
 
 
 def _counters(http) -> dict[str, int]:
-    return http.get("/v2/status").json()["cache"]["counters"]
+    return http.get("/v2/status", headers={"X-API-Key": API_KEY}).json()["cache"]["counters"]
 
 
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -197,7 +197,8 @@ def test_redis_tier_serves_an_entry_written_by_another_replica(app, http):
     from router.cache import CachedAnswer, CacheSettings, ResultCache
     from router.schemas import CacheControl
 
-    app.wait_for(lambda: http.get("/v2/status").json()["cache"]["redis_available"] is True,
+    app.wait_for(lambda: http.get("/v2/status", headers={"X-API-Key": API_KEY}).json()[
+        "cache"]["redis_available"] is True,
                  30, "the Redis tier to be up")
     x = _fresh(5)
     before = _counters(http)

@@ -132,7 +132,7 @@ def _errors(answers: list[Answer]) -> Counter:
 
 
 def _status(http: httpx.Client) -> dict[str, Any]:
-    r = http.get("/v2/status")
+    r = http.get("/v2/status", headers={"X-API-Key": API_KEY})  # operators only
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -197,7 +197,7 @@ def test_repository_api_requires_key_and_unloads_and_loads(http):
 
 
 def test_status_lists_devices_models_and_queues(http):
-    st = http.get("/v2/status").json()
+    st = http.get("/v2/status", headers={"X-API-Key": API_KEY}).json()
     cpu = st["pools"]["cpu"]
     assert cpu["models"]["digits-small"]["default_version"] == "1"
     assert "queue_depth" in cpu["device"] and "resident" in cpu["device"]

@@ -100,20 +100,6 @@ async def test_skip_controls_with_redis(pair):
     assert outcome.tier == "off" and len(calls) == 3
 
 
-async def test_batch_lookup_is_one_mget(pair):
-    a, b = pair
-    xs = [{"x": np.array([float(i)], dtype=np.float32)} for i in range(6)]
-    items = [
-        (x, CachedAnswer(outputs={"y": np.array([i])}, served_by="s")) for i, x in enumerate(xs[:4])
-    ]
-    assert await a.store_many(model="m", version="1", items=items, policy=EXACT) == 4
-    got = await b.lookup_many(model="m", version="1", inputs_list=xs, policy=EXACT)
-    assert [o.tier for _, o in got] == ["redis"] * 4 + ["miss"] * 2
-    assert [int(ans.outputs["y"][0]) for ans, _ in got[:4]] == [0, 1, 2, 3]
-    again = await b.lookup_many(model="m", version="1", inputs_list=xs[:4], policy=EXACT)
-    assert [o.tier for _, o in again] == ["memory"] * 4
-
-
 async def test_unreachable_redis_is_bypassed_from_the_start(key_prefix):
     events = []
     port = free_port()  # nothing listens there

@@ -9,20 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from fallbacks.clock import FakeClock
 from router.cache import CachedAnswer, Embedder
-
-
-class FakeClock:
-    """Manually advanced clock."""
-
-    def __init__(self, start: float = 1_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class BagOfWordsEmbedder(Embedder):

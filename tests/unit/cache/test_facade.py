@@ -167,18 +167,6 @@ async def test_compute_errors_propagate_and_are_not_cached(cache):
     assert cache.counters()["compute"] == 2
 
 
-async def test_batch_lookup_and_store_without_redis(cache):
-    xs = [{"x": np.array([i], dtype=np.int32)} for i in range(4)]
-    answers = [CachedAnswer(outputs={"y": np.array([i * 10])}, served_by="s") for i in range(4)]
-    stored = await cache.store_many(
-        model="m", version="1", items=list(zip(xs[:2], answers[:2])), policy=EXACT
-    )
-    assert stored == 2
-    got = await cache.lookup_many(model="m", version="1", inputs_list=xs, policy=EXACT)
-    assert [o.tier for _, o in got] == ["memory", "memory", "miss", "miss"]
-    assert int(got[1][0].outputs["y"][0]) == 10 and got[2][0] is None
-
-
 def test_semantic_dir_without_embedder_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="embedder"):
         ResultCache(CacheSettings(semantic_dir=str(tmp_path)))

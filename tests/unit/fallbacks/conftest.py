@@ -6,19 +6,7 @@ import asyncio
 
 import pytest
 
-
-class FakeClock:
-    """A monotonic clock that only moves when told to (implements ``fallbacks.Clock``)."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.now += seconds
+from fallbacks.clock import FakeClock
 
 
 @pytest.fixture

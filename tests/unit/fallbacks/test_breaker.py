@@ -111,7 +111,7 @@ def test_open_rejects_then_half_open_after_wait(clock):
     clock.advance(0.01)
     assert b.state is S.HALF_OPEN
     assert [e.to_state for e in events] == [S.OPEN, S.HALF_OPEN]
-    assert events[-1].at == clock.now
+    assert events[-1].at == clock()
 
 
 def half_open(clock, **kw) -> tuple[CircuitBreaker, list[StateTransition]]:

@@ -276,3 +276,16 @@ def test_compile_chain_names_the_bad_rule():
 def test_chain_config_validation():
     with pytest.raises(ValueError, match="remote_share"):
         ChainConfig(remote_share=0)
+
+
+async def test_model_steps_run_on_the_default_pool_so_no_gpu_breaker_without_a_gpu():
+    # Regression: on a machine without a GPU pool a 'model' fallback step was sent to "gpu",
+    # creating a breaker named "small@gpu" for a pool that does not exist.
+    chain = compile_chain([FallbackStep(kind="model", model="small")])
+    ex = FakeExecutor({("big", "cpu"): "raise"})
+    reg = BreakerRegistry(BreakerConfig())
+    res = await ChainRunner(ex, breakers=reg, default_pool="cpu").run(
+        REQ, deadline=Deadline.after_ms(1000), chain=chain, primary=Target("big", pool="cpu"))
+    assert res.served_by == "model:small@7"
+    assert [c[2] for c in ex.calls] == ["cpu", "cpu"]
+    assert all(pool == "cpu" for _, pool in reg.states())

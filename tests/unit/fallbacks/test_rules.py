@@ -5,9 +5,11 @@ import yaml
 from fallbacks.request import FallbackRequest
 from fallbacks.rule_engine import RuleEngine
 from fallbacks.rules import RuleConfigError, load_rules
+from pool.trust import ModuleAllowlist
 from tests.unit.fallbacks import rule_callables
 
 CB = "tests.unit.fallbacks.rule_callables"
+ALLOW = ModuleAllowlist(["tests.unit.fallbacks", "os"])
 
 RULES_YAML = r"""
 - {name: greeting, type: regex, pattern: "^(hi|hello)\\b", ignore_case: true,
@@ -171,7 +173,7 @@ async def test_rule_on_a_missing_input_does_not_apply():
 )
 def test_validation_errors_name_rule_and_field(rules, index, name, field):
     with pytest.raises(RuleConfigError) as ei:
-        load_rules(rules, where="fallback[1].rules")
+        load_rules(rules, where="fallback[1].rules", allow=ALLOW)
     e = ei.value
     assert (e.index, e.rule_name, e.field) == (index, name, field)
     assert f"fallback[1].rules[{index}]" in str(e)
@@ -182,7 +184,8 @@ def test_validation_errors_name_rule_and_field(rules, index, name, field):
 
 async def test_callable_answers_and_declines():
     eng = RuleEngine.from_config(
-        [{"name": "py", "type": "callable", "function": f"{CB}:answer", "timeout_ms": 10_000}]
+        [{"name": "py", "type": "callable", "function": f"{CB}:answer", "timeout_ms": 10_000}],
+        allow=ALLOW,
     )
     m = await eng.evaluate(req("seven"))
     assert (m.rule, m.kind, m.outputs["label"].tolist()) == ("py", "callable", [7])
@@ -194,6 +197,7 @@ async def test_callable_timeout_is_no_answer_and_next_rule_runs():
         [{"name": "static", "type": "static", "outputs": {"label": [0]}}],
         callable_path=f"{CB}:hang",
         callable_timeout_ms=20,
+        allow=ALLOW,
     )
     try:
         m = await eng.evaluate(req("x"))
@@ -204,7 +208,8 @@ async def test_callable_timeout_is_no_answer_and_next_rule_runs():
 
 async def test_callable_timeout_is_capped_by_budget():
     eng = RuleEngine.from_config(
-        [{"name": "slow", "type": "callable", "function": f"{CB}:slow_async", "timeout_ms": 10_000}]
+        [{"name": "slow", "type": "callable", "function": f"{CB}:slow_async", "timeout_ms": 10_000}],
+        allow=ALLOW,
     )
     assert await eng.evaluate(req("x"), budget_s=0.01) is None
 
@@ -212,11 +217,12 @@ async def test_callable_timeout_is_capped_by_budget():
 @pytest.mark.parametrize("fn", ["boom", "bad_output"])
 async def test_callable_errors_and_bad_results_are_no_answer(fn):
     eng = RuleEngine.from_config(  # a generous timeout: these must fail for their own reason
-        [{"name": fn, "type": "callable", "function": f"{CB}:{fn}", "timeout_ms": 10_000}]
+        [{"name": fn, "type": "callable", "function": f"{CB}:{fn}", "timeout_ms": 10_000}],
+        allow=ALLOW,
     )
     assert await eng.evaluate(req("seven")) is None
 
 
 def test_not_callable_target_is_rejected():
     with pytest.raises(RuleConfigError, match="not callable"):
-        RuleEngine.from_config(callable_path=f"{CB}:NOT_CALLABLE")
+        RuleEngine.from_config(callable_path=f"{CB}:NOT_CALLABLE", allow=ALLOW)

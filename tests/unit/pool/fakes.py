@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
+from fallbacks.clock import FakeClock
+
+__all__ = ["FakeClock", "FakeDeviceMemory"]
+
 from pool._private.device_memory import DeviceMemory, Region
-
-
-class FakeClock:
-    """A clock the test advances by hand."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeDeviceMemory(DeviceMemory):

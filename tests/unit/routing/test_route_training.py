@@ -8,13 +8,12 @@ import torch
 from torch import nn
 
 from policies.routing import make_strategy
+from deploy.routes_cli import calibrate_main, retrain_main
 from router.route_training import (
-    calibrate_main,
     load_scorer,
     needs_expensive,
     outcome_line,
     read_outcomes,
-    retrain_main,
     save_scorer,
     train_scorer,
 )

@@ -102,9 +102,19 @@ def test_spill_start_time_is_kept_while_holding():
 def test_bad_config_and_inputs_name_the_field():
     with pytest.raises(ValueError, match="low < high"):
         SpillConfig(high=0.5, low=0.7)
-    with pytest.raises(ValueError, match="deadline_s"):
-        decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=0.0, compute_s=0.0, target="cpu")
     with pytest.raises(ValueError, match="target must be one of cpu, cheap, cpu-then-cheap"):
         decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=1.0, compute_s=0.0, target="gpu")
     with pytest.raises(ValueError, match="compute_s"):
         decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=1.0, compute_s=-1, target="cpu")
+
+
+@pytest.mark.parametrize("left", [0.0, -0.01])
+def test_spent_budget_spills_instead_of_raising(left):
+    # A cascade whose cheap answer came from the cache after the deadline reaches the spill
+    # decision with no time left: that is a decision (spill), not a ValueError (a 500).
+    d = decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=left, compute_s=0.0,
+                     target="cheap")
+    assert d.where == "cheap" and d.pressure == float("inf")
+    none = decide_spill(gpu=[stats(0.0)], priority=P, deadline_s=left, compute_s=0.0,
+                        target="none")
+    assert none.where == "gpu"
