@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from router.edge import arrival_s
 from router.errors import InvalidRequest, PayloadTooLarge, TimeshareError, Unauthorized
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
 
@@ -164,7 +165,9 @@ def build_http_app(front: Frontend) -> FastAPI:
             raise InvalidRequest(f"Inference-Header-Content-Length: expected an integer, got {hl!r}",
                                  field="Inference-Header-Content-Length")
         decoded = decode_infer_request(body, int(hl) if hl is not None else None)
-        response = await front.infer(request_from_v2(name, version, decoded))
+        req = request_from_v2(name, version, decoded)
+        req.arrival_s = arrival_s(request.scope)  # edge hook (#14): deadline from arrival
+        response = await front.infer(req)
         payload, headers = encode_infer_response(response, decoded)
         return Response(payload, headers=headers, media_type=headers["content-type"])
 
@@ -173,6 +176,7 @@ def build_http_app(front: Frontend) -> FastAPI:
         body = await _read_body(request, front.max_body_bytes)
         decoded = decode_infer_request(body, None)
         req = request_from_v2(name, version, decoded)
+        req.arrival_s = arrival_s(request.scope)  # edge hook (#14): deadline from arrival
         answers = front.stream(req)
         first = await answers.__anext__()  # errors before the first answer keep their 4xx status
         plain = DecodedRequest(decoded.request_id, {}, decoded.parameters, decoded.outputs, False)

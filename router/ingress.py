@@ -25,6 +25,7 @@ from router.calllog import build_call_log
 from router.catalog import ModelCatalog
 from router.dispatch import PoolDispatcher
 from router.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
+from router.edge import mount_edge
 from router.http import build_http_app
 from router.pipeline import Pipeline, PipelineConfig
 from router.routes import build_strategy, load_routes
@@ -87,7 +88,9 @@ class Ingress:
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log)),
         )
-        self._app = build_http_app(self)
+        self._app = mount_edge(build_http_app(self), settings=s.edge,
+                               max_body_bytes=s.max_body_bytes,
+                               default_deadline_ms=s.default_deadline_ms)
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
         if alerter is not None:
             from alerting.config import load_config
@@ -260,6 +263,8 @@ def _check(request: Any) -> InferenceRequest:
         raise InvalidRequest(
             f"request: expected router.schemas.InferenceRequest, got {type(request).__name__}",
             field="request")
+    if request.arrival_s is None:  # a handle call arrives here: its deadline starts now
+        request.arrival_s = time.monotonic()
     return request
 
 

@@ -166,7 +166,8 @@ class Pipeline:
         inputs = validate_inputs(cfg, req.inputs)
         deadline = deadline or Deadline.for_request(
             request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
-            app_default_ms=self.config.default_deadline_ms, clock=self._clock)
+            app_default_ms=self.config.default_deadline_ms, clock=self._clock,
+            arrival_s=req.arrival_s)
         pool = pool or choose_pool(cfg, self.dispatcher.pools)
         rows = next(iter(inputs.values())).shape[0]
 
@@ -251,7 +252,7 @@ class Pipeline:
         strategy = self.strategies[req.model]
         deadline = Deadline.for_request(request_ms=req.deadline_ms, model_ms=None,
                                         app_default_ms=self.config.default_deadline_ms,
-                                        clock=self._clock)
+                                        clock=self._clock, arrival_s=req.arrival_s)
         first_model = rc.cheap or rc.expensive or ""
         entry, _ = await self.catalog.resolve(first_model, None)
         inputs = validate_inputs(entry.config, req.inputs)  # strategies score validated inputs
