@@ -27,7 +27,7 @@ from fallbacks.chain import (
     compile_chain,
 )
 from fallbacks.deadline import Clock, Deadline, resolve_deadline_ms
-from fallbacks.hedge import hedged
+from fallbacks.pool_throttle import PoolThrottled, PoolThrottles
 from fallbacks.quotas import CallerLimits, CallerQuotas, QuotaConfig, QuotaLease
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.retry import RetryBudget, RetryPredicate, is_idempotent_failure, retry_call
@@ -55,6 +55,8 @@ __all__ = [
     "ModelExecutor",
     "ModelReply",
     "PoolName",
+    "PoolThrottled",
+    "PoolThrottles",
     "QuotaConfig",
     "QuotaLease",
     "RetryBudget",
@@ -67,7 +69,6 @@ __all__ = [
     "TransitionListener",
     "as_outputs",
     "compile_chain",
-    "hedged",
     "is_idempotent_failure",
     "load_rules",
     "resolve_deadline_ms",
