@@ -56,8 +56,8 @@ class EdgeConfig(BaseModel):
                                  "background": 0.25},
         description="A class is shed once the total in flight reaches share x max_in_flight.")
     max_queue_delay_s: dict[str, float] = Field(
-        default_factory=lambda: {"realtime": 0.06, "interactive": 0.08, "batch": 0.06,
-                                 "background": 0.04},
+        default_factory=lambda: {"realtime": 0.08, "interactive": 0.08, "batch": 0.05,
+                                 "background": 0.03},
         description="A class is shed once its predicted queue delay passes this (seconds).")
     deadline_margin_s: float = Field(
         0.005, ge=0, description="Kept back when judging whether a deadline can still be met.")

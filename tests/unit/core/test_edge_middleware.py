@@ -118,7 +118,7 @@ async def test_size_depth_and_bad_priority_are_refused_before_the_app_runs() -> 
 
 async def test_slow_body_is_cut_and_readers_are_bounded() -> None:
     mw, _, _ = _mw(max_body_readers=1,
-                         admission={"body_grace_s": 0.05, "body_timeout_s": 0.2})
+                   admission={"body_grace_s": 0.05, "body_timeout_s": 0.2})
     slow = asyncio.create_task(_call(mw, _scope(None), [b"{", b"}"], gap=10))
     await asyncio.sleep(0.01)  # the first chunk arrives at once, the second never in time
     assert mw.state.readers == 1
