@@ -10,8 +10,9 @@
 * ``{"mode": "closed", "port": P, "path": ..., "concurrency": C, "seconds": S, "body": {...}}``:
   ``C`` workers back to back, for the capacity.
 
-Each answer is ``[class, latency_s, status, degraded, shed_label]``; status 0 = no answer within
-``timeout_s`` (or a connection error).
+Each answer is ``[class, latency_s, status, degraded, shed_label, edge_s]``; status 0 = no answer
+within ``timeout_s`` (or a connection error); ``edge_s``: the server's ``Server-Timing: edge``
+(arrival at the edge to response start), None when absent.
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ class Client:
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                 ).encode() + body
 
-    async def post(self, raw: bytes) -> tuple[int, bytes]:
+    async def post(self, raw: bytes) -> tuple[int, bytes, float | None]:
+        """Status (0: none), body, and the server's ``Server-Timing: edge;dur=`` in seconds."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await self._post(raw)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
-            return 0, b""
+            return 0, b"", None
 
-    async def _post(self, raw: bytes) -> tuple[int, bytes]:
+    async def _post(self, raw: bytes) -> tuple[int, bytes, float | None]:
         if self._idle:
             reader, writer = self._idle.pop()
         else:
@@ -56,7 +58,7 @@ class Client:
             self._all.append(writer)
         writer.write(raw)
         status = int((await reader.readline()).split()[1])
-        length, close = 0, False
+        length, close, edge = 0, False, None
         while True:
             line = await reader.readline()
             if line in (b"\r\n", b""):
@@ -67,12 +69,14 @@ class Client:
                 length = int(v)
             elif k == b"connection" and v.strip().lower() == b"close":
                 close = True
+            elif k == b"server-timing" and b"edge;dur=" in v:
+                edge = float(v.split(b"edge;dur=")[1].split(b",")[0]) / 1000.0
         body = await reader.readexactly(length) if length else b""
         if close:
             writer.close()
         else:
             self._idle.append((reader, writer))
-        return status, body
+        return status, body, edge
 
     def close(self) -> None:
         for w in self._all:
@@ -100,8 +104,8 @@ async def run_open(job: dict[str, Any]) -> list[list[Any]]:
     out: list[list[Any]] = []
 
     async def one(at: float, cls: str) -> None:
-        status, body = await client.post(raws[cls])
-        out.append([cls, time.monotonic() - at, status, *_labels(status, body)])
+        status, body, edge = await client.post(raws[cls])
+        out.append([cls, time.monotonic() - at, status, *_labels(status, body), edge])
 
     start = time.monotonic() + 0.1
     tasks = []
@@ -125,8 +129,8 @@ async def run_closed(job: dict[str, Any]) -> list[list[Any]]:
     async def worker() -> None:
         while time.monotonic() < stop:
             t0 = time.monotonic()
-            status, body = await client.post(raw)
-            out.append([cls, time.monotonic() - t0, status, *_labels(status, body)])
+            status, body, edge = await client.post(raw)
+            out.append([cls, time.monotonic() - t0, status, *_labels(status, body), edge])
 
     await asyncio.gather(*(worker() for _ in range(job["concurrency"])))
     client.close()

@@ -77,12 +77,25 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
     for a in answers:
         statuses[str(a[2])] = statuses.get(str(a[2]), 0) + 1
     goodput = len(good) / seconds
+    # time outside the edge (client, loopback, uvicorn; plus Ray's proxy when it is in the path)
+    outside = [a[1] - a[5] for a in answers if a[2] == 200 and len(a) > 5 and a[5] is not None]
     return {
+        "outside_edge_p50_ms": _p(outside, 50), "outside_edge_p99_ms": _p(outside, 99),
         "offered_rps": round(sent / seconds, 1), "sent": sent,
         "answered": sum(1 for a in answers if a[2] != 0), "statuses": statuses,
         "goodput_rps": round(goodput, 1), "goodput_vs_capacity": round(goodput / capacity, 3),
         "shed": len(shed), "shed_max_ms": _p([a[1] for a in shed], 100),
         "shed_p99_ms": _p([a[1] for a in shed], 99), "classes": by_class}
+
+
+def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -> dict[str, Any]:
+    """One open-loop level (same schedule for every arm: the seed is the multiple)."""
+    job = {"mode": "open", "port": port, "path": PATH, "rate": rate, "seconds": args.seconds,
+           "mix": MIX, "seed": multiple, "body": {c: body(c, args.deadline_ms) for c in MIX}}
+    res = client(job)
+    time.sleep(1.0)  # let the server drain before the next level
+    return summarize(res["answers"], sent=len(res["answers"]), seconds=args.seconds,
+                     capacity=capacity, deadline_s=args.deadline_ms / 1000.0)
 
 
 def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str, Any]:
@@ -94,16 +107,8 @@ def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str
                           "body": {"interactive": body("interactive", 60_000)}})
             ok = [a for a in cap["answers"] if a[2] == 200 and not a[3]]
             capacity = len(ok) / args.capacity_seconds
-        levels = {}
-        for m in LEVELS:
-            job = {"mode": "open", "port": server.port, "path": PATH, "rate": m * capacity,
-                   "seconds": args.seconds, "mix": MIX, "seed": m,
-                   "body": {c: body(c, args.deadline_ms) for c in MIX}}
-            res = client(job)
-            levels[f"{m}x"] = summarize(res["answers"], sent=len(res["answers"]),
-                                        seconds=args.seconds, capacity=capacity,
-                                        deadline_s=args.deadline_ms / 1000.0)
-            time.sleep(1.0)  # let the server drain between levels
+        levels = {f"{m}x": run_level(server.port, m * capacity, m, args=args, capacity=capacity)
+                  for m in LEVELS}
         return {"capacity_rps": round(capacity, 1), "levels": levels}
     finally:
         server.stop()
@@ -136,6 +141,9 @@ def main() -> None:
     ap.add_argument("--capacity-seconds", type=float, default=4.0)
     ap.add_argument("--device-ms", type=float, default=20.0)
     ap.add_argument("--deadline-ms", type=float, default=500.0)
+    ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=True,
+                    help="Also run the edge behind Ray Serve's proxy (1x, 3x) to measure the "
+                         "share of the hop in front of it.")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
     args = ap.parse_args()
@@ -152,6 +160,14 @@ def main() -> None:
         base = run_arm(repo, edge=False, args=args, capacity=None)
         capacity = base["capacity_rps"]
         edge = run_arm(repo, edge=True, args=args, capacity=capacity)
+        ray_arm = None
+        if args.ray:
+            from benchmarks._overload_ray import run_ray_arm
+
+            ray_arm = run_ray_arm(
+                repo, Path(tmp), deadline_ms=args.deadline_ms, levels=(1, 3),
+                capacity=capacity, run_level=lambda port, rate, m: run_level(
+                    port, rate, m, args=args, capacity=capacity))
     t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
     overload = [k for k in t_edge if k != "1x"]
     ratios = {k: {"goodput_edge_over_baseline": round(
@@ -167,6 +183,7 @@ def main() -> None:
                   "cpus": os.cpu_count()},
         "capacity_rps": capacity,
         "edge": edge, "baseline": base,
+        "edge_behind_ray_proxy": ray_arm,
         "targets": {"edge": t_edge, "baseline": t_base}, "ratios": ratios,
         "meets_targets": all(t_edge[k]["all"] for k in overload),
         "baseline_meets_targets": all(t_base[k]["all"] for k in overload),

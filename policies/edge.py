@@ -7,8 +7,11 @@ those alone it decides, in microseconds, whether to let a request through:
 
 * **Overload, lowest class first.** The backend serves the most urgent class first, so a new
   request of class ``p`` waits behind the in-flight work of classes at least as urgent as ``p``
-  plus the one request already running. Its predicted queue delay is that count times the service
-  time. A class is shed once its predicted delay passes its ceiling (``max_queue_delay_s``), or
+  plus the one request already running, and behind the more urgent work that arrives meanwhile.
+  Its predicted queue delay is that count times the service time, divided by the share of the
+  backend the more urgent classes leave free (``1 - sigma``, sigma = their admitted rate times the
+  service time: the M/G/1 priority-queue waiting-time factor), so when realtime alone fills the
+  backend, interactive is shed rather than realtime. A class is shed once its predicted delay passes its ceiling (``max_queue_delay_s``), or
   once the total in flight passes its share of ``max_in_flight``. Less urgent classes count more
   work ahead of them and have lower ceilings, so batch is shed before interactive, and
   interactive before realtime.
@@ -56,8 +59,8 @@ class EdgeConfig(BaseModel):
                                  "background": 0.25},
         description="A class is shed once the total in flight reaches share x max_in_flight.")
     max_queue_delay_s: dict[str, float] = Field(
-        default_factory=lambda: {"realtime": 0.08, "interactive": 0.08, "batch": 0.05,
-                                 "background": 0.03},
+        default_factory=lambda: {"realtime": 0.09, "interactive": 0.09, "batch": 0.06,
+                                 "background": 0.04},
         description="A class is shed once its predicted queue delay passes this (seconds).")
     deadline_margin_s: float = Field(
         0.005, ge=0, description="Kept back when judging whether a deadline can still be met.")
@@ -76,6 +79,11 @@ class EdgeConfig(BaseModel):
             bad = {k: v for k, v in d.items() if not v > 0}
             if bad:
                 raise ValueError(f"{fname} values must be > 0, got {bad}")
+            values = [d[label] for label in _LABELS]
+            if values != sorted(values, reverse=True):
+                # a less urgent class with a higher ceiling could be let in while a more
+                # urgent one is shed
+                raise ValueError(f"{fname} must not grow from realtime to background, got {d}")
         if self.body_grace_s > self.body_timeout_s:
             raise ValueError(f"body_grace_s ({self.body_grace_s}) must not exceed "
                              f"body_timeout_s ({self.body_timeout_s})")
@@ -84,10 +92,12 @@ class EdgeConfig(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class EdgeSnapshot:
-    """The edge's view at one instant: work in flight per class, seconds per request."""
+    """The edge's view at one instant: work in flight per class, seconds per request, and the
+    rate (per second) at which each class has recently been let through."""
 
     in_flight: Mapping[Priority, int] = field(default_factory=dict)
     service_s: float = 0.0
+    admitted_rate: Mapping[Priority, float] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -106,12 +116,18 @@ class EdgeDecision:
     retry_after_s: int = 1
 
 
+_MIN_FREE = 0.05  # below 5 % of the backend left by more urgent classes: predicted 20x
+
+
 def predicted_delay_s(snapshot: EdgeSnapshot, priority: Priority) -> float:
     """Queue delay a new request of ``priority`` would see: the in-flight work of classes at
-    least as urgent, plus the one request of a less urgent class already running (if any)."""
+    least as urgent, plus the one request of a less urgent class already running (if any),
+    stretched by the more urgent work still arriving (``1 / (1 - sigma)``)."""
     ahead = sum(n for p, n in snapshot.in_flight.items() if p <= priority)
     running_below = any(n > 0 for p, n in snapshot.in_flight.items() if p > priority)
-    return (ahead + (1 if running_below else 0)) * snapshot.service_s
+    sigma = sum(r for p, r in snapshot.admitted_rate.items() if p < priority) * snapshot.service_s
+    free = max(1.0 - sigma, _MIN_FREE)
+    return (ahead + (1 if running_below else 0)) * snapshot.service_s / free
 
 
 def retry_after_s(snapshot: EdgeSnapshot) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -83,9 +84,12 @@ class EdgeState:
     (1 / throughput under load), or of a request's own latency when it ran alone.
     """
 
-    def __init__(self, *, initial_service_s: float, alpha: float = 0.1,
+    def __init__(self, *, initial_service_s: float, alpha: float = 0.1, rate_tau_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.in_flight: dict[Priority, int] = {p: 0 for p in Priority}
+        # admitted per second per class: an exponentially decayed count (time constant tau)
+        self._rate: dict[Priority, tuple[float, float]] = {p: (0.0, 0.0) for p in Priority}
+        self._tau = rate_tau_s
         self.service_s = initial_service_s
         self.readers = 0
         self.counts: dict[str, int] = {}
@@ -94,7 +98,13 @@ class EdgeState:
         self._last_done: float | None = None
 
     def snapshot(self) -> EdgeSnapshot:
-        return EdgeSnapshot(dict(self.in_flight), self.service_s)
+        now = self._clock()
+        return EdgeSnapshot(dict(self.in_flight), self.service_s,
+                            {p: self._decayed(p, now) for p in Priority})
+
+    def _decayed(self, p: Priority, now: float) -> float:
+        rate, at = self._rate[p]
+        return rate * math.exp(-(now - at) / self._tau) if rate else 0.0
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -103,6 +113,8 @@ class EdgeState:
         if not any(self.in_flight.values()):
             self._last_done = None  # idle until now: the next gap is not a service time
         self.in_flight[priority] += 1
+        now = self._clock()
+        self._rate[priority] = (self._decayed(priority, now) + 1.0 / self._tau, now)
 
     def finished(self, priority: Priority, started_s: float) -> None:
         now = self._clock()
@@ -187,10 +199,10 @@ class EdgeMiddleware:
                            f"{decision.predicted_delay_s * 1e3:.0f} ms; retry later",
                            "Overloaded", "priority", decision.retry_after_s)
             return
-        await self._forward(scope, receive, send, body, priority)
+        await self._forward(scope, receive, send, body, priority, arrived)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes,
-                       priority: Priority) -> None:
+                       priority: Priority, arrived: float) -> None:
         replayed = False
 
         async def replay() -> Message:
@@ -200,10 +212,17 @@ class EdgeMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        async def timed(msg: Message) -> None:
+            if msg["type"] == "http.response.start":  # the time spent from arrival, so a
+                # client can tell it apart from the hops in front of the edge (Ray's proxy)
+                dur = f"edge;dur={(self.clock() - arrived) * 1e3:.2f}".encode()
+                msg = {**msg, "headers": [*msg.get("headers", ()), (b"server-timing", dur)]}
+            await send(msg)
+
         started = self.clock()
         self.state.started(priority)
         try:
-            await self.app(scope, replay, send)
+            await self.app(scope, replay, timed)
         finally:
             self.state.finished(priority, started)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import pytest
 
@@ -147,3 +148,6 @@ def test_service_time_is_measured_from_completions() -> None:
     clock.t += 0.01
     st.finished(Priority.BATCH, 100.0)  # 10 ms after the previous completion
     assert st.service_s == pytest.approx(0.5 + 0.1 * (0.02 - 0.5) + 0.1 * (0.01 - 0.452))
+    # two batch admissions at t=100.0 (tau 1 s), seen 30 ms later
+    assert st.snapshot().admitted_rate[Priority.BATCH] == pytest.approx(2 * math.exp(-0.03))
+    assert st.snapshot().admitted_rate[Priority.REALTIME] == 0.0

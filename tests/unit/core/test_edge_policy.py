@@ -43,6 +43,20 @@ def test_lower_classes_are_shed_first_as_load_grows() -> None:
     assert not _decide({IA: 4}, BA).admit and _decide({IA: 4}, RT).admit
 
 
+def test_more_urgent_traffic_arriving_stretches_the_wait_of_less_urgent_classes() -> None:
+    """M/G/1 priority factor: realtime admitted at 40/s x 20 ms fills 80 % of the backend, so
+    interactive waits 1 / 0.2 = 5x its queue; realtime itself is not affected."""
+    busy = EdgeSnapshot({RT: 1, IA: 1}, 0.02, {RT: 40.0})
+    idle = EdgeSnapshot({RT: 1, IA: 1}, 0.02, {})
+    assert predicted_delay_s(busy, IA) == pytest.approx(5 * predicted_delay_s(idle, IA))
+    assert predicted_delay_s(busy, RT) == predicted_delay_s(idle, RT)
+    assert predicted_delay_s(EdgeSnapshot({IA: 1}, 0.02, {RT: 1000.0}), IA) == pytest.approx(0.4)
+    cfg = EdgeConfig()
+    assert decide_edge(idle, priority=IA, elapsed_s=0, deadline_s=0.5, config=cfg).admit
+    assert not decide_edge(busy, priority=IA, elapsed_s=0, deadline_s=0.5, config=cfg).admit
+    assert decide_edge(busy, priority=RT, elapsed_s=0, deadline_s=0.5, config=cfg).admit
+
+
 def test_overload_reason_and_retry_after() -> None:
     d = _decide({BA: 30}, BA, service_s=0.1)
     assert not d.admit and d.reason == "overload:batch" and d.status == 503
@@ -69,6 +83,9 @@ def test_config_rejects_missing_classes_and_bad_values() -> None:
     with pytest.raises(ValueError, match="max_queue_delay_s"):
         EdgeConfig(max_queue_delay_s={"realtime": 0, "interactive": 1, "batch": 1,
                                       "background": 1})
+    with pytest.raises(ValueError, match="must not grow"):
+        EdgeConfig(max_queue_delay_s={"realtime": 0.05, "interactive": 0.1, "batch": 0.01,
+                                      "background": 0.01})
     with pytest.raises(ValueError, match="body_grace_s"):
         EdgeConfig(body_grace_s=5, body_timeout_s=1)
 
