@@ -46,12 +46,19 @@ class Client:
         """Status (0: none), body, and the server's ``Server-Timing: edge;dur=`` in seconds."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self._post(raw)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
+                reused = bool(self._idle)
+                try:
+                    return await self._post(raw)
+                except (ConnectionError, asyncio.IncompleteReadError, IndexError):
+                    if not reused:
+                        raise
+                    return await self._post(raw, fresh=True)  # the server closed an idle one
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
             return 0, b"", None
 
-    async def _post(self, raw: bytes) -> tuple[int, bytes, float | None]:
-        if self._idle:
+    async def _post(self, raw: bytes, *, fresh: bool = False
+                    ) -> tuple[int, bytes, float | None]:
+        if self._idle and not fresh:
             reader, writer = self._idle.pop()
         else:
             reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -72,6 +79,8 @@ class Client:
             elif k == b"server-timing" and b"edge;dur=" in v:
                 edge = float(v.split(b"edge;dur=")[1].split(b",")[0]) / 1000.0
         body = await reader.readexactly(length) if length else b""
+        if length == 0 and status >= 400:
+            close = True  # no length to frame the body by: do not reuse the connection
         if close:
             writer.close()
         else:
