@@ -87,6 +87,8 @@ async def test_slow_bodies_are_cut_and_normal_traffic_keeps_its_latency(server) 
     await asyncio.wait_for(started.wait(), 30)
     loaded_p99, statuses = await normal_traffic(server.port)
     await asyncio.wait_for(asyncio.gather(*slow), 60)
+    print(f"slow bodies: normal p99 {loaded_p99 * 1e3:.1f} ms vs unloaded "
+          f"{unloaded_p99 * 1e3:.1f} ms; cut {cut.count(True)}/{SLOW_CLIENTS}")
     assert set(statuses) == {200}, statuses
     assert len(cut) == SLOW_CLIENTS and all(cut), f"{cut.count(False)} slow clients not cut"
     assert loaded_p99 <= 2 * unloaded_p99, (loaded_p99, unloaded_p99)
@@ -126,6 +128,8 @@ async def test_a_29mb_nested_body_neither_stalls_others_nor_crashes(server, chun
     await asyncio.sleep(0.5)
     status, payload = await _send_nested(server.port, size=29 << 20, chunked=chunked)
     loaded_p99, statuses = await traffic
+    print(f"29 MB nested ({'chunked' if chunked else 'length'}): {status}; normal p99 "
+          f"{loaded_p99 * 1e3:.1f} ms vs unloaded {unloaded_p99 * 1e3:.1f} ms")
     assert (status, payload["field"]) in ((413, "body"), (400, "body")), payload
     assert payload["type"] in ("PayloadTooLarge", "InvalidRequest")
     assert set(statuses) == {200}
