@@ -46,12 +46,13 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
 
 def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
                 capacity: float, run_level: Callable[[int, float, int], dict[str, Any]],
-                ) -> dict[str, Any]:
+                edge_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary."""
     import ray
     from ray import serve
 
     from router.app import build_from_settings
+    from router.edge import EdgeSettings
     from router.settings import AppSettings, CpuPoolSettings
 
     port = _port()
@@ -61,7 +62,8 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
         settings = AppSettings(
             repository=str(repo), state_dir=str(state_dir), default_deadline_ms=deadline_ms,
             cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
-            call_log={"path": str(state_dir / "calllog.jsonl")})
+            call_log={"path": str(state_dir / "calllog.jsonl")},
+            edge=EdgeSettings(**(edge_overrides or {})))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
         _wait_ready(f"http://127.0.0.1:{port}")
         edge = settings.edge

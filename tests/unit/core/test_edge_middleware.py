@@ -86,7 +86,8 @@ async def test_admitted_request_sees_the_whole_body_and_its_arrival_time() -> No
 
 
 async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -> None:
-    mw, app, _ = _mw(initial_service_s=0.02)
+    mw, app, _ = _mw(initial_service_s=0.02, admission={"max_queue_delay_s": {
+        "realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}})
     app.hold.clear()
     held = [asyncio.create_task(_call(mw, _scope(None, {"Timeshare-Priority": "interactive"}),
                                       [b"{}"])) for _ in range(4)]

@@ -19,7 +19,11 @@ def test_doctests() -> None:
     assert doctest.testmod(policies.edge).failed == 0
 
 
+TIGHT = {"realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}
+
+
 def _decide(in_flight, priority, *, service_s=0.02, elapsed_s=0.0, deadline_s=0.5, **cfg):
+    cfg.setdefault("max_queue_delay_s", TIGHT)
     return decide_edge(EdgeSnapshot(in_flight, service_s), priority=priority,
                        elapsed_s=elapsed_s, deadline_s=deadline_s, config=EdgeConfig(**cfg))
 
@@ -51,7 +55,7 @@ def test_more_urgent_traffic_arriving_stretches_the_wait_of_less_urgent_classes(
     assert predicted_delay_s(busy, IA) == pytest.approx(5 * predicted_delay_s(idle, IA))
     assert predicted_delay_s(busy, RT) == predicted_delay_s(idle, RT)
     assert predicted_delay_s(EdgeSnapshot({IA: 1}, 0.02, {RT: 1000.0}), IA) == pytest.approx(0.4)
-    cfg = EdgeConfig()
+    cfg = EdgeConfig(max_queue_delay_s=TIGHT)
     assert decide_edge(idle, priority=IA, elapsed_s=0, deadline_s=0.5, config=cfg).admit
     assert not decide_edge(busy, priority=IA, elapsed_s=0, deadline_s=0.5, config=cfg).admit
     assert decide_edge(busy, priority=RT, elapsed_s=0, deadline_s=0.5, config=cfg).admit
