@@ -53,7 +53,7 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
 
     from router.app import build_from_settings
     from router.edge import EdgeSettings
-    from router.settings import AppSettings, CpuPoolSettings
+    from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
 
     port = _port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -62,7 +62,7 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
         settings = AppSettings(
             repository=str(repo), state_dir=str(state_dir), default_deadline_ms=deadline_ms,
             cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
-            call_log={"path": str(state_dir / "calllog.jsonl")},
+            call_log=CallLogSettings(path=str(state_dir / "calllog.jsonl")),
             edge=EdgeSettings(**(edge_overrides or {})))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
         _wait_ready(f"http://127.0.0.1:{port}")

@@ -65,15 +65,15 @@ async def _build(repo: str, state_dir: str, *, edge: bool, deadline_ms: float,
                  edge_overrides: dict | None = None):
     from router.edge import EdgeSettings
     from router.ingress import Ingress
-    from router.settings import AppSettings, CpuPoolSettings
+    from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
 
     settings = AppSettings(
         repository=repo, state_dir=state_dir, default_deadline_ms=deadline_ms,
         cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
-        call_log={"path": str(Path(state_dir) / "calllog.jsonl")},
+        call_log=CallLogSettings(path=str(Path(state_dir) / "calllog.jsonl")),
         edge=EdgeSettings(enabled=edge, **(edge_overrides or {})))
     # Ingress is the class Ray Serve wraps; its own class (the wrapper's base) is built here.
-    cls = Ingress.func_or_class.__mro__[1]
+    cls = Ingress.func_or_class.__mro__[1]  # type: ignore[attr-defined]
     ingress = object.__new__(cls)
     await cls.__init__(ingress, settings, {}, None)
     return ingress.__serve_build_asgi_app__()
