@@ -44,7 +44,7 @@ SHED_MAX_S = 0.050
 # The operator's latency objective for this workload (500 ms deadline, realtime p99 within 50 ms
 # of its 1x p99): queue-delay ceilings per class. The app's defaults are looser (see
 # policies.edge.EdgeConfig) so that closed-loop clients at moderate concurrency are never shed.
-CEILINGS_S = {"realtime": 0.12, "interactive": 0.09, "batch": 0.06, "background": 0.04}
+CEILINGS_S = {"realtime": 0.08, "interactive": 0.08, "batch": 0.06, "background": 0.04}
 EDGE_OVERRIDES = {"admission": {"max_queue_delay_s": CEILINGS_S}}
 RT_SLACK_S = 0.050
 

@@ -234,7 +234,8 @@ class EdgeMiddleware:
             except ValueError as e:
                 raise _Refused(400, f"Timeshare-Priority: {e}", "InvalidRequest",
                                "Timeshare-Priority") from None
-        return sniff_priority(body) or Priority.default()
+        found = sniff_priority(body)  # not `or`: REALTIME is 0, which is falsy
+        return found if found is not None else Priority.default()
 
     def _deadline_s(self, scope: Scope, body: bytes) -> float:
         raw = _header(scope, b"timeshare-deadline-ms")

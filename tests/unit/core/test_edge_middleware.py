@@ -107,6 +107,20 @@ async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -
     assert mw.state.counts == {"shed:batch": 1}
 
 
+async def test_the_class_is_read_from_the_raw_body_realtime_included() -> None:
+    mw, app, _ = _mw()
+    app.hold.clear()
+    tasks = [asyncio.create_task(_call(mw, _scope(None), [
+        b'{"parameters": {"priority": "%s"}, "inputs": []}' % p.label.encode()]))
+        for p in Priority]
+    tasks.append(asyncio.create_task(_call(mw, _scope(None), [b'{"inputs": []}'])))
+    await asyncio.sleep(0.01)
+    assert mw.state.in_flight == {Priority.REALTIME: 1, Priority.INTERACTIVE: 2,
+                                  Priority.BATCH: 1, Priority.BACKGROUND: 1}
+    app.hold.set()
+    await asyncio.gather(*tasks)
+
+
 async def test_size_depth_and_bad_priority_are_refused_before_the_app_runs() -> None:
     mw, app, _ = _mw(max_json_depth=4)
     status, _, payload = await _call(mw, _scope(5000), [b"x"])
