@@ -38,7 +38,7 @@ from fallbacks.errors import (
     TimeshareError,
     Unauthorized,
 )
-from fallbacks.hedge import hedged
+from fallbacks.pool_throttle import PoolThrottled, PoolThrottles
 from fallbacks.quotas import CallerLimits, CallerQuotas, QuotaConfig, QuotaLease
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.retry import RetryBudget, RetryPredicate, is_idempotent_failure, retry_call
@@ -71,6 +71,8 @@ __all__ = [
     "ModelReply",
     "PayloadTooLarge",
     "PoolName",
+    "PoolThrottled",
+    "PoolThrottles",
     "QuotaConfig",
     "QuotaExceeded",
     "QuotaLease",
@@ -87,7 +89,6 @@ __all__ = [
     "Unauthorized",
     "as_outputs",
     "compile_chain",
-    "hedged",
     "is_idempotent_failure",
     "load_rules",
     "resolve_deadline_ms",

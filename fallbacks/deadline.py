@@ -69,12 +69,15 @@ class Deadline:
         model_ms: float | None,
         app_default_ms: float,
         clock: Clock = time.monotonic,
+        arrival_s: float | None = None,
     ) -> Deadline:
-        """The deadline of a request arriving now, resolved as in :func:`resolve_deadline_ms`."""
+        """The deadline of a request, resolved as in :func:`resolve_deadline_ms`, counted from
+        ``arrival_s`` (on ``clock``) when given, else from now."""
         ms = resolve_deadline_ms(
             request_ms=request_ms, model_ms=model_ms, app_default_ms=app_default_ms
         )
-        return cls.after_ms(ms, clock=clock)
+        start = clock() if arrival_s is None else arrival_s
+        return cls(at=start + ms / 1000.0, clock=clock)
 
     def remaining(self) -> float:
         """Seconds left, never negative."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import ray
 from ray.serve import Application
-from ray.serve.config import RequestRouterConfig
+from ray.serve.config import BackpressureConfig, RequestRouterConfig
 
 from pool.deployments import PoolDeployment
 from router.ingress import Ingress
@@ -62,7 +62,15 @@ def build_from_settings(settings: AppSettings) -> Application:
         load_config(settings.alerting)  # fail at build time, naming the bad key
         alerter = AlerterDeployment.bind(settings.alerting)
     log.info("timeshare: pools %s, repository %s", sorted(pools), settings.repository)
-    return Ingress.options(num_replicas=settings.ingress_replicas).bind(settings, pools, alerter)
+    edge = settings.edge
+    # Bounded queues in front of the ingress (#14): Ray's proxy answers 503 with Retry-After
+    # at once past max_queued_requests instead of queueing without bound.
+    return Ingress.options(
+        num_replicas=settings.ingress_replicas,
+        max_ongoing_requests=edge.ingress_max_ongoing_requests,
+        max_queued_requests=edge.ingress_max_queued_requests,
+        backpressure_config=BackpressureConfig(status_code=503, retry_after_s=1),
+    ).bind(settings, pools, alerter)
 
 
 def build_app(args: dict[str, Any]) -> Application:

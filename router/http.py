@@ -27,6 +27,7 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
+from router.edge import arrival_s
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
 from router.v2 import (
     HEADER_LENGTH,
@@ -250,7 +251,9 @@ async def _decode(front: Frontend, name: str, version: str | None, request: Requ
     decoded = decode_infer_request(body, length)
     if stream:
         _check_json_only(decoded)
-    return decoded, request_from_v2(name, version, decoded, caller_key=_presented_key(request))
+    req = request_from_v2(name, version, decoded, caller_key=_presented_key(request))
+    req.arrival_s = arrival_s(request.scope)  # edge hook (#14): the deadline runs from arrival
+    return decoded, req
 
 
 def _check_json_only(decoded: DecodedRequest) -> None:

@@ -32,6 +32,7 @@ from router.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
+from router.edge import mount_edge
 from router.http import build_http_app
 from router.v2 import model_metadata, route_metadata
 from router.pipeline import Pipeline, PipelineConfig
@@ -98,7 +99,9 @@ class Ingress:
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log)),
         )
-        self._app = build_http_app(self)
+        self._app = mount_edge(build_http_app(self), settings=s.edge,
+                               max_body_bytes=s.max_body_bytes,
+                               default_deadline_ms=s.default_deadline_ms)
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
         if alerter is not None:
             from alerting.config import load_config
@@ -319,7 +322,13 @@ class Ingress:
                 f"{type(request).__name__}", field="request")
         if request.model in self.pipeline.routes:
             _no_route_version(request.model, request.version)
-        return identify(request, self._caller_keys)
+        request = identify(request, self._caller_keys)
+        # The deadline runs from arrival (#14): the HTTP edge stamps it; a handle call arrives
+        # here. A stamp from the caller's side is never later than now (no deadline stretching).
+        now = time.monotonic()
+        if request.arrival_s is None or request.arrival_s > now:
+            request.arrival_s = now
+        return request
 
 
 def _no_route_version(route: str, version: str | None) -> None:

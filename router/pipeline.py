@@ -169,12 +169,14 @@ class Pipeline:
         valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
         deadline = deadline or Deadline.for_request(
             request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
-            app_default_ms=self.config.default_deadline_ms, clock=self._clock)
+            app_default_ms=self.config.default_deadline_ms, clock=self._clock,
+            arrival_s=req.arrival_s)
         pool = pool or choose_pool(cfg, tuple(self.pools))
         now = self._clock()
         wall = self._wall()
         work = PoolWork(model, version, valid, req.priority,
-                        deadline_at=wall + deadline.remaining(), arrived_at=wall - (now - start),
+                        deadline_at=wall + deadline.remaining(),
+                        arrived_at=wall - (now - (start if req.arrival_s is None else req.arrival_s)),
                         caller=req.caller, request_id=req.request_id, config=cfg)
 
         async def compute() -> tuple[_Answer, bool]:

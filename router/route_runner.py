@@ -72,7 +72,8 @@ class RouteRunner:
         rc = self.routes[req.model]
         strategy = self.strategies[req.model]
         deadline = Deadline.for_request(request_ms=req.deadline_ms, model_ms=None,
-                                        app_default_ms=self._default_ms, clock=self._clock)
+                                        app_default_ms=self._default_ms, clock=self._clock,
+                                        arrival_s=req.arrival_s)
         first_model = rc.cheap or rc.expensive or ""
         entry, _ = await self._catalog.resolve(first_model, None)
         inputs = validate_inputs(entry.config, req.inputs)  # strategies score validated inputs

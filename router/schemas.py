@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from policies.priority import Priority, parse_priority
 
@@ -79,6 +80,10 @@ class InferenceRequest(BaseModel):
         "Set by the ingress only: true when caller was proven by a caller key."))
     cache: CacheControl = Field(default_factory=CacheControl, description="Cache controls.")
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Request id.")
+    # Set by Timeshare where the request first arrives (the HTTP edge, the handle method); the
+    # deadline runs from here, so queues in front of the pipeline count against it.
+    arrival_s: SkipJsonSchema[float | None] = Field(
+        None, exclude=True, description="time.monotonic() at arrival (set by Timeshare).")
 
     @field_validator("priority", mode="before")
     @classmethod

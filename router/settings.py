@@ -17,6 +17,7 @@ from fallbacks import BreakerConfig, QuotaConfig
 from policies.admission import AdmissionConfig
 from pool.trust import TrustSettings
 from router.cache import CacheSettings
+from router.edge import EdgeSettings
 
 __all__ = ["PoolSettings", "CpuPoolSettings", "GpuPoolSettings", "AppSettings", "load_settings",
            "device_spec", "cpu_device", "ENV_DIR"]
@@ -105,6 +106,8 @@ class AppSettings(BaseModel):
     admission: AdmissionConfig | None = Field(
         default_factory=AdmissionConfig, description="Shedding by priority; null disables.")
     pool_capacity: int = Field(64, ge=1, description="In-flight requests per pool before shedding.")
+    edge: EdgeSettings = Field(default_factory=EdgeSettings,
+                               description="The front door's limits and admission (#14).")
     quotas: QuotaConfig | None = Field(None, description="Per-caller concurrency/rate limits.")
     alerting: dict[str, Any] | None = Field(
         None, description="alerting.AlertingConfig; null = no alerter deployment.")

@@ -54,3 +54,15 @@ def test_child_deadline_is_inside_parent_and_capped(clock):
 def test_after_ms_rejects_non_positive():
     with pytest.raises(ValueError, match="deadline_ms"):
         Deadline.after_ms(0)
+
+
+def test_for_request_counts_from_arrival_when_given():
+    now = [10.0]
+    d = Deadline.for_request(request_ms=500, model_ms=None, app_default_ms=1000,
+                             clock=lambda: now[0], arrival_s=9.8)
+    assert d.at == 10.3 and d.remaining() == 0.3  # 200 ms already spent queueing in front
+    late = Deadline.for_request(request_ms=100, model_ms=None, app_default_ms=1000,
+                                clock=lambda: now[0], arrival_s=9.0)
+    assert late.expired() and late.remaining() == 0.0
+    assert Deadline.for_request(request_ms=None, model_ms=None, app_default_ms=1000,
+                                clock=lambda: now[0]).at == 11.0

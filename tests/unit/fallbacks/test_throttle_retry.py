@@ -3,7 +3,6 @@ import asyncio
 import pytest
 
 from fallbacks.deadline import Deadline
-from fallbacks.hedge import hedged
 from fallbacks.retry import RetryBudget, is_idempotent_failure, retry_call
 from fallbacks.throttle import AdaptiveThrottle
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
@@ -146,68 +145,3 @@ async def test_retry_call_is_bounded_by_attempts_budget_and_deadline():
             f, deadline=Deadline.after_ms(1), budget=RetryBudget(), backoff_s=0.01, sleep=no_sleep
         )
     assert f.calls == 1  # the backoff would end past the deadline
-
-
-# -- hedging ----------------------------------------------------------------------------------
-
-
-class Attempts:
-    """attempt(i) sleeps delays[i] then answers i (or raises if the delay is negative)."""
-
-    def __init__(self, delays: list[float]) -> None:
-        self.delays = delays
-        self.started: list[int] = []
-        self.cancelled: list[int] = []
-
-    async def __call__(self, i: int) -> int:
-        self.started.append(i)
-        try:
-            await asyncio.sleep(abs(self.delays[i]))
-        except asyncio.CancelledError:
-            self.cancelled.append(i)
-            raise
-        if self.delays[i] < 0:
-            raise ConnectionError(f"attempt {i} failed")
-        return i
-
-
-async def test_fast_first_attempt_needs_no_hedge():
-    a = Attempts([0.001, 0.001])
-    assert await hedged(a, delay_s=5.0) == 0
-    assert a.started == [0]
-
-
-async def test_hedge_wins_and_the_slow_attempt_is_cancelled():
-    a = Attempts([5.0, 0.001])
-    assert await hedged(a, delay_s=0.005) == 1
-    assert a.started == [0, 1] and a.cancelled == [0]
-
-
-async def test_first_answer_wins_even_if_it_is_the_original():
-    a = Attempts([0.02, 5.0])
-    assert await hedged(a, delay_s=0.005) == 0
-    assert a.cancelled == [1]
-
-
-async def test_failed_attempt_starts_the_next_at_once_and_all_failures_raise():
-    a = Attempts([-0.001, 0.001])
-    assert await hedged(a, delay_s=10.0) == 1
-    b = Attempts([-0.001, -0.001])
-    with pytest.raises(ConnectionError, match="attempt 1"):
-        await hedged(b, delay_s=10.0)
-
-
-async def test_hedging_respects_the_retry_budget():
-    a = Attempts([0.03, 0.001])
-    out = await hedged(a, delay_s=0.005, budget=RetryBudget(initial_tokens=0))
-    assert out == 0 and a.started == [0]
-
-
-async def test_caller_cancellation_cancels_every_attempt():
-    a = Attempts([5.0, 5.0])
-    task = asyncio.create_task(hedged(a, delay_s=0.001))
-    await asyncio.sleep(0.02)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert sorted(a.cancelled) == [0, 1]

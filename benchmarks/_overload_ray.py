@@ -1,0 +1,78 @@
+"""The hop Timeshare does not control: the same edge behind Ray Serve's proxy.
+
+Used by ``benchmarks.overload_http --ray``: the app as ``serve run`` builds it
+(``router.app.build_from_settings``, the ingress with ``max_ongoing_requests`` /
+``max_queued_requests`` from ``edge`` settings, the CPU pool in the ingress), on a local Ray
+instance started here and stopped after. The client is the same open-loop process; every answer
+carries the edge's ``Server-Timing: edge;dur=``, so the time spent in front of the edge (client,
+loopback, Ray's proxy and its queue, the replica's ASGI bridge) is measured per request.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks._overload_server import DEVICE_MODEL, PATH, infer_body
+
+__all__ = ["run_ray_arm"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    stop = time.monotonic() + timeout_s
+    while time.monotonic() < stop:
+        try:
+            r = httpx.get(f"{url}/v2/models/{DEVICE_MODEL}/ready", timeout=2)
+            if r.status_code == 200 and r.json().get("ready"):
+                for _ in range(5):
+                    httpx.post(url + PATH, content=infer_body("interactive", 5000), timeout=10)
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("Ray Serve app not ready")
+
+
+def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
+                capacity: float, run_level: Callable[[int, float, int], dict[str, Any]],
+                edge_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary."""
+    import ray
+    from ray import serve
+
+    from router.app import build_from_settings
+    from router.edge import EdgeSettings
+    from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
+
+    port = _port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        settings = AppSettings(
+            repository=str(repo), state_dir=str(state_dir), default_deadline_ms=deadline_ms,
+            cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
+            call_log=CallLogSettings(path=str(state_dir / "calllog.jsonl")),
+            edge=EdgeSettings(**(edge_overrides or {})))
+        serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
+        _wait_ready(f"http://127.0.0.1:{port}")
+        edge = settings.edge
+        return {
+            "ingress_max_ongoing_requests": edge.ingress_max_ongoing_requests,
+            "ingress_max_queued_requests": edge.ingress_max_queued_requests,
+            "levels": {f"{m}x": run_level(port, m * capacity, m) for m in levels}}
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()

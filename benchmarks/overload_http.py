@@ -1,0 +1,207 @@
+"""Overload at the front door: open-loop HTTP at 1x, 2x, 3x and 5x the measured capacity.
+
+``python -m benchmarks.overload_http --json out.json [--seconds 8] [--device-ms 20]``
+
+The server is the real ingress (``benchmarks._overload_server``: ``router.ingress.Ingress``'s own
+``__init__``, pipeline, in-process CPU pool, HTTP app) served by uvicorn in its own process; Ray
+Serve's proxy is not in the path (its share is the hop this code does not control, see
+``router.edge``). The model holds the device ``--device-ms`` per request (max batch 1), so the
+capacity is fixed and measured in the same run (closed loop, the baseline server).
+
+Two arms, the same arrival schedules: ``baseline`` (``edge.enabled: false``: today's behaviour)
+and ``edge``. Traffic: 20 % realtime, 50 % interactive, 30 % batch, deadline 500 ms, the priority
+in the v2 body's ``parameters`` (the edge reads it with a bounded scan of the raw body). The
+client (``benchmarks._openloop``) is a separate process; latency runs from each request's planned
+send time.
+
+Targets, at every overload level (2x, 3x, 5x) of the edge arm:
+goodput (200, not degraded, within the deadline) >= 90 % of the capacity; realtime p99 (served
+answers) <= its p99 at 1x + 50 ms and <= the deadline; every shed answer (429/503, or labelled
+``shed``) within 50 ms; shed share batch >= interactive >= realtime; sent = answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._output import emit
+from benchmarks._overload_server import PATH, Server, infer_body, make_device_model
+
+MIX = {"realtime": 0.2, "interactive": 0.5, "batch": 0.3}
+LEVELS = (1, 2, 3, 5)
+SHED_MAX_S = 0.050
+# The operator's latency objective for this workload (500 ms deadline, realtime p99 within 50 ms
+# of its 1x p99): queue-delay ceilings per class. The app's defaults are looser (see
+# policies.edge.EdgeConfig) so that closed-loop clients at moderate concurrency are never shed.
+CEILINGS_S = {"realtime": 0.08, "interactive": 0.08, "batch": 0.06, "background": 0.04}
+EDGE_OVERRIDES = {"admission": {"max_queue_delay_s": CEILINGS_S}}
+RT_SLACK_S = 0.050
+
+
+body = infer_body
+
+
+def client(job: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "benchmarks._openloop"], input=json.dumps(job),
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"load client failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)) * 1e3, 1) if values else None
+
+
+def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: float,
+              deadline_s: float) -> dict[str, Any]:
+    """Figures of one level: goodput, latencies by class, shed answers and their latency."""
+    good = [a for a in answers if a[2] == 200 and not a[3] and a[1] <= deadline_s]
+    shed = [a for a in answers if a[4]]
+    by_class: dict[str, Any] = {}
+    for cls in MIX:
+        mine = [a for a in answers if a[0] == cls]
+        served = [a[1] for a in mine if a[2] == 200 and not a[3]]
+        by_class[cls] = {
+            "sent": len(mine), "served": len(served),
+            "shed": sum(1 for a in mine if a[4]),
+            "shed_share": round(sum(1 for a in mine if a[4]) / max(len(mine), 1), 3),
+            "late_or_degraded": sum(1 for a in mine if not a[4] and not (
+                a[2] == 200 and not a[3] and a[1] <= deadline_s)),
+            "served_p50_ms": _p(served, 50), "served_p99_ms": _p(served, 99)}
+    statuses: dict[str, int] = {}
+    for a in answers:
+        statuses[str(a[2])] = statuses.get(str(a[2]), 0) + 1
+    goodput = len(good) / seconds
+    # time outside the edge (client, loopback, uvicorn; plus Ray's proxy when it is in the path)
+    outside = [a[1] - a[5] for a in answers if a[2] == 200 and len(a) > 5 and a[5] is not None]
+    return {
+        "outside_edge_p50_ms": _p(outside, 50), "outside_edge_p99_ms": _p(outside, 99),
+        "offered_rps": round(sent / seconds, 1), "sent": sent,
+        "answered": sum(1 for a in answers if a[2] != 0), "statuses": statuses,
+        "goodput_rps": round(goodput, 1), "goodput_vs_capacity": round(goodput / capacity, 3),
+        "shed": len(shed), "shed_max_ms": _p([a[1] for a in shed], 100),
+        "shed_p99_ms": _p([a[1] for a in shed], 99), "classes": by_class}
+
+
+def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -> dict[str, Any]:
+    """One open-loop level (same schedule for every arm: the seed is the multiple)."""
+    job = {"mode": "open", "port": port, "path": PATH, "rate": rate, "seconds": args.seconds,
+           "mix": MIX, "seed": multiple, "body": {c: body(c, args.deadline_ms) for c in MIX}}
+    res = client(job)
+    time.sleep(1.0)  # let the server drain before the next level
+    return summarize(res["answers"], sent=len(res["answers"]), seconds=args.seconds,
+                     capacity=capacity, deadline_s=args.deadline_ms / 1000.0)
+
+
+def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str, Any]:
+    server = Server(repo, edge=edge, deadline_ms=args.deadline_ms,
+                    edge_json=json.dumps(EDGE_OVERRIDES) if edge else None)
+    try:
+        if capacity is None:
+            cap = client({"mode": "closed", "port": server.port, "path": PATH, "concurrency": 8,
+                          "seconds": args.capacity_seconds,
+                          "body": {"interactive": body("interactive", 60_000)}})
+            ok = [a for a in cap["answers"] if a[2] == 200 and not a[3]]
+            capacity = len(ok) / args.capacity_seconds
+        levels = {f"{m}x": run_level(server.port, m * capacity, m, args=args, capacity=capacity)
+                  for m in LEVELS}
+        return {"capacity_rps": round(capacity, 1), "levels": levels}
+    finally:
+        server.stop()
+
+
+def targets(arm: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
+    rt1 = arm["levels"]["1x"]["classes"]["realtime"]["served_p99_ms"] or 0.0
+    out = {}
+    for name, lv in arm["levels"].items():
+        c = lv["classes"]
+        rt = c["realtime"]["served_p99_ms"]
+        checks = {
+            "goodput_ge_90pct_capacity": lv["goodput_vs_capacity"] >= 0.9,
+            "realtime_p99_within_1x_plus_50ms": rt is not None and rt <= rt1 + RT_SLACK_S * 1e3,
+            "realtime_p99_within_deadline": rt is not None and rt <= deadline_ms,
+            "shed_answered_within_50ms": lv["shed"] == 0 or lv["shed_max_ms"] <= SHED_MAX_S * 1e3,
+            "shed_order_batch_interactive_realtime": (
+                c["batch"]["shed_share"] >= c["interactive"]["shed_share"]
+                >= c["realtime"]["shed_share"]),
+            "sent_eq_answered": lv["sent"] == lv["answered"],
+        }
+        out[name] = {**checks, "all": all(checks.values())}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--seconds", type=float, default=8.0, help="Open-loop seconds per level.")
+    ap.add_argument("--capacity-seconds", type=float, default=4.0)
+    ap.add_argument("--device-ms", type=float, default=20.0)
+    ap.add_argument("--deadline-ms", type=float, default=500.0)
+    ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=True,
+                    help="Also run the edge behind Ray Serve's proxy (1x, 3x) to measure the "
+                         "share of the hop in front of it.")
+    ap.add_argument("--demo-repo", default=None,
+                    help="An existing demo repository with iris-mlp2x16 (else one is built).")
+    args = ap.parse_args()
+    from deploy.demo import build_demo_repository
+
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ts-ovl-") as tmp:
+        repo = Path(tmp) / "repo"
+        if args.demo_repo:
+            shutil.copytree(Path(args.demo_repo) / "iris-mlp2x16", repo / "iris-mlp2x16")
+        else:
+            build_demo_repository(repo, only=["iris-mlp2x16"])
+        make_device_model(repo, device_ms=args.device_ms)
+        base = run_arm(repo, edge=False, args=args, capacity=None)
+        capacity = base["capacity_rps"]
+        edge = run_arm(repo, edge=True, args=args, capacity=capacity)
+        ray_arm = None
+        if args.ray:
+            from benchmarks._overload_ray import run_ray_arm
+
+            try:
+                ray_arm = run_ray_arm(
+                    repo, Path(tmp), deadline_ms=args.deadline_ms, levels=(1, 3),
+                    edge_overrides=EDGE_OVERRIDES,
+                    capacity=capacity, run_level=lambda port, rate, m: run_level(
+                        port, rate, m, args=args, capacity=capacity))
+            except Exception as e:  # noqa: BLE001 - the main arms' figures stand without it
+                ray_arm = {"error": f"{type(e).__name__}: {e}"}
+    t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
+    overload = [k for k in t_edge if k != "1x"]
+    ratios = {k: {"goodput_edge_over_baseline": round(
+                      edge["levels"][k]["goodput_rps"] / max(base["levels"][k]["goodput_rps"],
+                                                             1e-9), 2)}
+              for k in edge["levels"]}
+    emit({
+        "benchmark": "overload_http",
+        "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES, "deadline_ms": args.deadline_ms, "mix": MIX,
+                  "seconds_per_level": args.seconds, "levels": list(LEVELS),
+                  "server": "router.ingress.Ingress under uvicorn, in-process CPU pool; "
+                            "Ray Serve's proxy not in the path",
+                  "cpus": os.cpu_count()},
+        "capacity_rps": capacity,
+        "edge": edge, "baseline": base,
+        "edge_behind_ray_proxy": ray_arm,
+        "targets": {"edge": t_edge, "baseline": t_base}, "ratios": ratios,
+        "meets_targets": all(t_edge[k]["all"] for k in overload),
+        "baseline_meets_targets": all(t_base[k]["all"] for k in overload),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Edge admission: the cheap decisions taken before a request body is decoded (pure).
+
+The HTTP edge (``router.edge``) knows, for each request, its priority class, its deadline and
+when it arrived; it keeps, for the work it has let through, the number in flight per class and a
+measured service time (seconds of backend capacity one request costs, i.e. 1 / throughput). From
+those alone it decides, in microseconds, whether to let a request through:
+
+* **Overload, lowest class first.** The backend serves the most urgent class first, so a new
+  request of class ``p`` waits behind the in-flight work of classes at least as urgent as ``p``
+  plus the one request already running, and behind the more urgent work that arrives meanwhile.
+  Its predicted queue delay is that count times the service time, divided by the share of the
+  backend the more urgent classes leave free (``1 - sigma``, sigma = their admitted rate times the
+  service time: the M/G/1 priority-queue waiting-time factor), so when realtime alone fills the
+  backend, interactive is shed rather than realtime. A class is shed once its predicted delay passes its ceiling (``max_queue_delay_s``), or
+  once the total in flight passes its share of ``max_in_flight``. Less urgent classes count more
+  work ahead of them and have lower ceilings, so batch is shed before interactive, and
+  interactive before realtime.
+* **Deadline.** A request whose elapsed time (since arrival) plus predicted delay plus one
+  service time is past its deadline is answered at once instead of queueing.
+* **Slow bodies.** A body must arrive within a total timeout and at a minimum rate after a grace
+  period; :func:`body_wait_s` says how long the edge may wait for the next bytes.
+
+Everything here is a function of immutable inputs; the clock and the counters live in the edge.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from policies.priority import Priority
+
+__all__ = [
+    "EdgeConfig",
+    "EdgeDecision",
+    "EdgeSnapshot",
+    "body_wait_s",
+    "decide_edge",
+    "predicted_delay_s",
+    "retry_after_s",
+]
+
+_LABELS = tuple(p.label for p in Priority)
+
+
+class EdgeConfig(BaseModel):
+    """Ceilings of the edge's admission, per priority class where it matters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_in_flight: int = Field(
+        32, ge=1, description="Work let through the edge and not yet answered, all classes. "
+                              "About capacity (req/s) x deadline (s): more cannot finish in time.")
+    in_flight_share: dict[str, float] = Field(
+        default_factory=lambda: {"realtime": 1.0, "interactive": 0.75, "batch": 0.5,
+                                 "background": 0.25},
+        description="A class is shed once the total in flight reaches share x max_in_flight.")
+    max_queue_delay_s: dict[str, float] = Field(
+        default_factory=lambda: {"realtime": 0.5, "interactive": 0.5, "batch": 0.3,
+                                 "background": 0.2},
+        description="A class is shed once its predicted queue delay passes this (seconds): the "
+                    "operator's latency objective. Loose by default, so a closed-loop client at "
+                    "moderate concurrency is never shed; benchmarks.overload_http sets 90/90/60/40 "
+                    "ms for its 500 ms deadline and realtime target.")
+    deadline_margin_s: float = Field(
+        0.005, ge=0, description="Kept back when judging whether a deadline can still be met.")
+    body_timeout_s: float = Field(10.0, gt=0, description="Whole body must arrive within this.")
+    body_grace_s: float = Field(1.0, gt=0, description="No minimum rate before this (seconds).")
+    body_min_rate_bps: float = Field(
+        16_384.0, gt=0, description="After the grace, a body slower than this (bytes/s) is cut.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EdgeConfig:
+        for fname in ("in_flight_share", "max_queue_delay_s"):
+            d = getattr(self, fname)
+            if set(d) != set(_LABELS):
+                raise ValueError(f"{fname} needs exactly the classes {list(_LABELS)}, "
+                                 f"got {sorted(d)}")
+            bad = {k: v for k, v in d.items() if not v > 0}
+            if bad:
+                raise ValueError(f"{fname} values must be > 0, got {bad}")
+            values = [d[label] for label in _LABELS]
+            if values != sorted(values, reverse=True):
+                # a less urgent class with a higher ceiling could be let in while a more
+                # urgent one is shed
+                raise ValueError(f"{fname} must not grow from realtime to background, got {d}")
+        if self.body_grace_s > self.body_timeout_s:
+            raise ValueError(f"body_grace_s ({self.body_grace_s}) must not exceed "
+                             f"body_timeout_s ({self.body_timeout_s})")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeSnapshot:
+    """The edge's view at one instant: work in flight per class, seconds per request, and the
+    rate (per second) at which each class has recently been let through."""
+
+    in_flight: Mapping[Priority, int] = field(default_factory=dict)
+    service_s: float = 0.0
+    admitted_rate: Mapping[Priority, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.in_flight.values())
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeDecision:
+    """``admit``, or shed with ``reason`` (``overload:<class>`` / ``would_miss_deadline``),
+    ``status`` (503) and ``retry_after_s`` (whole seconds, for the Retry-After header)."""
+
+    admit: bool
+    reason: str | None = None
+    predicted_delay_s: float = 0.0
+    status: int = 503
+    retry_after_s: int = 1
+
+
+_MIN_FREE = 0.05  # below 5 % of the backend left by more urgent classes: predicted 20x
+
+
+def predicted_delay_s(snapshot: EdgeSnapshot, priority: Priority) -> float:
+    """Queue delay a new request of ``priority`` would see: the in-flight work of classes at
+    least as urgent, plus the one request of a less urgent class already running (if any),
+    stretched by the more urgent work still arriving (``1 / (1 - sigma)``)."""
+    ahead = sum(n for p, n in snapshot.in_flight.items() if p <= priority)
+    running_below = any(n > 0 for p, n in snapshot.in_flight.items() if p > priority)
+    sigma = sum(r for p, r in snapshot.admitted_rate.items() if p < priority) * snapshot.service_s
+    free = max(1.0 - sigma, _MIN_FREE)
+    return (ahead + (1 if running_below else 0)) * snapshot.service_s / free
+
+
+def retry_after_s(snapshot: EdgeSnapshot) -> int:
+    """Whole seconds until the work in flight now has drained (at least 1)."""
+    return max(1, math.ceil(snapshot.total * snapshot.service_s))
+
+
+def decide_edge(snapshot: EdgeSnapshot, *, priority: Priority, elapsed_s: float,
+                deadline_s: float, config: EdgeConfig) -> EdgeDecision:
+    """Let one request of class ``priority`` through, or shed it.
+
+    ``elapsed_s``: time since it arrived; ``deadline_s``: its whole budget from arrival.
+
+    >>> snap = EdgeSnapshot({Priority.REALTIME: 4, Priority.BATCH: 8}, service_s=0.025)
+    >>> decide_edge(snap, priority=Priority.BATCH, elapsed_s=0.0, deadline_s=1.0,
+    ...             config=EdgeConfig()).reason
+    'overload:batch'
+    >>> decide_edge(snap, priority=Priority.REALTIME, elapsed_s=0.0, deadline_s=1.0,
+    ...             config=EdgeConfig()).admit
+    True
+    """
+    delay = predicted_delay_s(snapshot, priority)
+    label = priority.label
+    if (snapshot.total >= config.max_in_flight * config.in_flight_share[label]
+            or delay > config.max_queue_delay_s[label]):
+        return EdgeDecision(False, f"overload:{label}", delay,
+                            retry_after_s=retry_after_s(snapshot))
+    unloaded_s = elapsed_s + snapshot.service_s + config.deadline_margin_s
+    # Shed for the deadline only when the queue is what makes it miss: a deadline too tight
+    # even for an idle backend goes on to the pipeline, whose fallback answers it, labelled.
+    if unloaded_s <= deadline_s < unloaded_s + delay:
+        return EdgeDecision(False, "would_miss_deadline", delay,
+                            retry_after_s=retry_after_s(snapshot))
+    return EdgeDecision(True, None, delay)
+
+
+def body_wait_s(*, received: int, elapsed_s: float, config: EdgeConfig) -> float:
+    """How long the edge may still wait for more body bytes (<= 0: cut the client now).
+
+    Bounded by the total timeout; after the grace period the bytes so far must keep up with
+    ``body_min_rate_bps``, so the next bytes are due by ``received / min_rate``.
+
+    >>> body_wait_s(received=0, elapsed_s=0.2, config=EdgeConfig(body_grace_s=1.0))
+    0.8
+    """
+    due = max(config.body_grace_s, received / config.body_min_rate_bps)
+    return round(min(config.body_timeout_s, due) - elapsed_s, 9)

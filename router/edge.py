@@ -1,0 +1,321 @@
+"""The front door: a pure ASGI middleware that decides before anything expensive happens.
+
+Mounted around the HTTP app (``mount_edge``), it:
+
+1. stamps the arrival time (``time.monotonic``) on every HTTP request's scope
+   (``scope["timeshare.arrival_s"]``; :func:`arrival_s` reads it), so the deadline clock starts
+   here and not once the pipeline sees the request;
+2. for inference POSTs only, refuses by ``Content-Length`` (413), reads the body with a total
+   timeout and a minimum rate after a grace period (408), bounds how many connections may be
+   reading a body at once separately from the work in flight (503), and follows the JSON nesting
+   depth as chunks arrive (400 past ``max_json_depth``), all before any JSON decoding;
+3. reads the priority class cheaply (header ``Timeshare-Priority``, else a bounded scan of the raw
+   body's ``"priority"`` parameter, see ``router.edge_body``) and the deadline (header
+   ``Timeshare-Deadline-Ms``, else ``"deadline_ms"``, else the app default), and asks
+   ``policies.edge.decide_edge`` whether to let it through: overload sheds the lowest classes
+   first, and a request that cannot meet its deadline given the measured queue delay is answered
+   at once, 503 with ``Retry-After`` and the app's error shape ``{"error", "type", "field"}``.
+
+Not covered here, said plainly: time spent in Ray Serve's proxy and its queue in front of the
+ingress replica is before this code runs (bounded by the ingress's ``max_ongoing_requests`` and
+``max_queued_requests``, see ``router.app``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies.edge import EdgeConfig, EdgeSnapshot, body_wait_s, decide_edge
+from policies.priority import Priority, parse_priority
+from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
+
+__all__ = ["ARRIVAL_KEY", "EdgeMiddleware", "EdgeSettings", "EdgeState", "arrival_s",
+           "mount_edge"]
+
+ARRIVAL_KEY = "timeshare.arrival_s"
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class EdgeSettings(BaseModel):
+    """The front door's limits (``edge:`` in the app settings)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="False = no edge at all (the behaviour before it): "
+                                            "no arrival stamp, no limits, no shedding.")
+    admission: EdgeConfig = Field(default_factory=EdgeConfig, description="policies.edge limits.")
+    max_body_readers: int = Field(
+        64, ge=1, description="Connections reading a body that did not arrive in one piece, at "
+                              "once; more are refused (503). Separate from work in flight.")
+    max_json_bytes: int = Field(
+        8 << 20, gt=0, description="Largest JSON part (413 before decoding); bigger tensors use "
+                                   "the binary tensor extension.")
+    max_json_depth: int = Field(32, ge=2, description="Deepest JSON nesting (400 before decoding).")
+    initial_service_s: float = Field(
+        0.02, gt=0, description="Seconds per request assumed until the first measurement.")
+    ingress_max_ongoing_requests: int = Field(
+        128, ge=1, description="Ray Serve max_ongoing_requests of the ingress: work in flight "
+                               "plus body readers plus headroom.")
+    ingress_max_queued_requests: int = Field(
+        64, ge=-1, description="Ray Serve max_queued_requests of the ingress (-1 = unbounded); "
+                               "past it Ray's proxy answers 503 at once.")
+
+
+def arrival_s(scope: Scope) -> float | None:
+    """The arrival time the edge stamped on this request's scope (``time.monotonic``)."""
+    return scope.get(ARRIVAL_KEY)
+
+
+class EdgeState:
+    """What the edge owns: work in flight per class and the measured seconds per request.
+
+    The service time is an EWMA of the gap between completions while the backend stays busy
+    (1 / throughput under load), or of a request's own latency when it ran alone.
+    """
+
+    def __init__(self, *, initial_service_s: float, alpha: float = 0.1, rate_tau_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.in_flight: dict[Priority, int] = {p: 0 for p in Priority}
+        # admitted per second per class: an exponentially decayed count (time constant tau)
+        self._rate: dict[Priority, tuple[float, float]] = {p: (0.0, 0.0) for p in Priority}
+        self._tau = rate_tau_s
+        self.service_s = initial_service_s
+        self.readers = 0
+        self.counts: dict[str, int] = {}
+        self._alpha = alpha
+        self._clock = clock
+        self._last_done: float | None = None
+
+    def snapshot(self) -> EdgeSnapshot:
+        now = self._clock()
+        return EdgeSnapshot(dict(self.in_flight), self.service_s,
+                            {p: self._decayed(p, now) for p in Priority})
+
+    def _decayed(self, p: Priority, now: float) -> float:
+        rate, at = self._rate[p]
+        return rate * math.exp(-(now - at) / self._tau) if rate else 0.0
+
+    def count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def started(self, priority: Priority) -> None:
+        if not any(self.in_flight.values()):
+            self._last_done = None  # idle until now: the next gap is not a service time
+        self.in_flight[priority] += 1
+        now = self._clock()
+        self._rate[priority] = (self._decayed(priority, now) + 1.0 / self._tau, now)
+
+    def finished(self, priority: Priority, started_s: float) -> None:
+        now = self._clock()
+        self.in_flight[priority] -= 1
+        sample = now - (self._last_done if self._last_done is not None else started_s)
+        self.service_s += self._alpha * (max(sample, 0.0) - self.service_s)
+        self._last_done = now
+
+
+async def _respond(send: Send, status: int, error: str, type_: str, field: str | None,
+                   retry_after: int | None = None) -> None:
+    body: dict[str, Any] = {"error": error, "type": type_}
+    if field is not None:
+        body["field"] = field
+    payload = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(payload)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, error: str, type_: str, field: str | None) -> None:
+        super().__init__(error)
+        self.args4 = (status, error, type_, field)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _is_infer(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return (scope.get("method") == "POST" and path.startswith("/v2/models/")
+            and path.endswith(("/infer", "/infer_stream")))
+
+
+class EdgeMiddleware:
+    """Pure ASGI middleware; see the module docstring. ``max_body_bytes``: the app's limit."""
+
+    def __init__(self, app: ASGIApp, *, settings: EdgeSettings, max_body_bytes: int,
+                 default_deadline_ms: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.app = app
+        self.settings = settings
+        self.max_body_bytes = max_body_bytes
+        self.default_deadline_s = default_deadline_ms / 1000.0
+        self.clock = clock
+        self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not self.settings.enabled:  # today's behaviour: the deadline starts in the pipeline
+            await self.app(scope, receive, send)
+            return
+        arrived = self.clock()
+        scope[ARRIVAL_KEY] = arrived
+        if not _is_infer(scope):
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read(scope, receive, arrived)
+            priority = self._priority(scope, body)
+        except _Refused as r:
+            self.state.count(f"refused:{r.args4[0]}")
+            await _respond(send, *r.args4)
+            return
+        cfg = self.settings.admission
+        decision = decide_edge(self.state.snapshot(), priority=priority,
+                               elapsed_s=self.clock() - arrived,
+                               deadline_s=self._deadline_s(scope, body), config=cfg)
+        if not decision.admit:
+            self.state.count(f"shed:{priority.label}")
+            await _respond(send, decision.status,
+                           f"{decision.reason}: predicted queue delay "
+                           f"{decision.predicted_delay_s * 1e3:.0f} ms; retry later",
+                           "Overloaded", "priority", decision.retry_after_s)
+            return
+        await self._forward(scope, receive, send, body, priority, arrived)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes,
+                       priority: Priority, arrived: float) -> None:
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        async def timed(msg: Message) -> None:
+            if msg["type"] == "http.response.start":  # the time spent from arrival, so a
+                # client can tell it apart from the hops in front of the edge (Ray's proxy)
+                dur = f"edge;dur={(self.clock() - arrived) * 1e3:.2f}".encode()
+                msg = {**msg, "headers": [*msg.get("headers", ()), (b"server-timing", dur)]}
+            await send(msg)
+
+        started = self.clock()
+        self.state.started(priority)
+        try:
+            await self.app(scope, replay, timed)
+        finally:
+            self.state.finished(priority, started)
+
+    def _priority(self, scope: Scope, body: bytes) -> Priority:
+        raw = _header(scope, b"timeshare-priority") or _header(scope, b"x-priority")
+        if raw is not None:
+            try:
+                return parse_priority(int(raw) if _decimal(raw.strip()) is not None else raw)
+            except ValueError as e:
+                raise _Refused(400, f"Timeshare-Priority: {e}", "InvalidRequest",
+                               "Timeshare-Priority") from None
+        found = sniff_priority(body)  # not `or`: REALTIME is 0, which is falsy
+        return found if found is not None else Priority.default()
+
+    def _deadline_s(self, scope: Scope, body: bytes) -> float:
+        raw = _header(scope, b"timeshare-deadline-ms")
+        ms: float | None = None
+        if raw is not None:
+            try:
+                ms = float(raw)
+            except ValueError:
+                ms = None  # not ours to reject here: the pipeline's own parameter wins
+        ms = ms if ms and ms > 0 else sniff_deadline_ms(body)
+        return ms / 1000.0 if ms else self.default_deadline_s
+
+    async def _read(self, scope: Scope, receive: Receive, arrived: float) -> bytes:
+        """The whole body, or :class:`_Refused` (413 size, 400 depth, 408 slow, 503 readers)."""
+        limit = self.max_body_bytes
+        length = _decimal(_header(scope, b"content-length"))
+        if length is not None and length > limit:
+            raise _Refused(413, f"body: {length} bytes exceeds the limit of {limit}",
+                           "PayloadTooLarge", "body")
+        hl = _decimal(_header(scope, b"inference-header-content-length"))
+        json_len = hl if hl is not None else length
+        cap = self.settings.max_json_bytes
+        if json_len is not None and json_len > cap:
+            raise _Refused(413, f"body: a JSON part over {cap} bytes; send large tensors "
+                                "with the binary tensor extension", "PayloadTooLarge", "body")
+        # only the JSON part is scanned for depth (binary tensor data follows it); a malformed
+        # header value is the HTTP layer's to reject, naming the header
+        json_limit = hl if hl is not None else limit
+        scanner = DepthScanner(self.settings.max_json_depth)
+        chunks: list[bytes] = []
+        size = 0
+        reading = False
+        try:
+            while True:
+                msg = await self._next(receive, size, arrived)
+                if msg["type"] == "http.disconnect":
+                    raise _Refused(400, "body: client disconnected", "InvalidRequest", "body")
+                chunk = msg.get("body", b"")
+                if size < json_limit and not scanner.feed(chunk[: json_limit - size]):
+                    raise _Refused(400, f"body: JSON nested deeper than "
+                                        f"{self.settings.max_json_depth}", "InvalidRequest", "body")
+                size += len(chunk)
+                if size > limit or (json_limit == limit and size > cap):
+                    raise _Refused(413, f"body: exceeds the limit of {min(limit, cap)} bytes",
+                                   "PayloadTooLarge", "body")
+                chunks.append(chunk)
+                if not msg.get("more_body", False):
+                    return b"".join(chunks)
+                if not reading:  # did not arrive in one piece: needs a reader slot
+                    if self.state.readers >= self.settings.max_body_readers:
+                        raise _Refused(503, "body: too many slow uploads at once; retry later",
+                                       "ServiceUnavailable", "body")
+                    reading = True
+                    self.state.readers += 1
+        finally:
+            if reading:
+                self.state.readers -= 1
+
+    async def _next(self, receive: Receive, received: int, arrived: float) -> Message:
+        wait = body_wait_s(received=received, elapsed_s=self.clock() - arrived,
+                           config=self.settings.admission)
+        if wait <= 0:
+            raise _Refused(408, f"body: arrived too slowly ({received} bytes so far)",
+                           "RequestTimeout", "body")
+        try:
+            async with asyncio.timeout(wait):
+                return await receive()
+        except TimeoutError:
+            raise _Refused(408, f"body: arrived too slowly ({received} bytes so far)",
+                           "RequestTimeout", "body") from None
+
+
+def mount_edge(app: Any, *, settings: EdgeSettings, max_body_bytes: int,
+               default_deadline_ms: float) -> Any:
+    """Wrap a Starlette/FastAPI ``app`` with the edge (outermost), in place; returns ``app``."""
+    app.add_middleware(EdgeMiddleware, settings=settings, max_body_bytes=max_body_bytes,
+                       default_deadline_ms=default_deadline_ms)
+    return app
+
+
+def _decimal(text: str | None) -> int | None:
+    """An ASCII decimal header value, else None (``str.isdigit`` also accepts '²')."""
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None

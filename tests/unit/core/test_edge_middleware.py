@@ -1,0 +1,168 @@
+"""router.edge.EdgeMiddleware over a recording ASGI app, with a fake clock (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+
+from policies.edge import EdgeConfig
+from policies.priority import Priority
+from router.edge import ARRIVAL_KEY, EdgeMiddleware, EdgeSettings
+
+PATH = "/v2/models/m/infer"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class App:
+    """Answers 200 with the body it read; ``hold`` keeps requests in flight until set."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[dict, bytes]] = []
+        self.hold = asyncio.Event()
+        self.hold.set()
+
+    async def __call__(self, scope, receive, send) -> None:
+        msg = await receive()
+        self.seen.append((scope, msg["body"]))
+        await self.hold.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _scope(body_len: int | None, headers: dict[str, str] | None = None, path: str = PATH):
+    h = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    if body_len is not None:
+        h.append((b"content-length", str(body_len).encode()))
+    return {"type": "http", "method": "POST", "path": path, "headers": h}
+
+
+async def _call(mw, scope, chunks, *, gap: float = 0.0):
+    queue = list(chunks)
+    sent: list[dict] = []
+
+    async def receive():
+        if not queue:
+            await asyncio.sleep(3600)
+        if gap and len(queue) < len(chunks):  # the first chunk comes at once
+            await asyncio.sleep(gap)
+        body = queue.pop(0)
+        return {"type": "http.request", "body": body, "more_body": bool(queue)}
+
+    async def send(m):
+        sent.append(m)
+
+    await mw(scope, receive, send)
+    status = sent[0]["status"]
+    headers = dict(sent[0]["headers"])
+    return status, headers, b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def _mw(**kw):
+    clock = Clock()
+    app = App()
+    adm = kw.pop("admission", {})
+    mw = EdgeMiddleware(app, settings=EdgeSettings(admission=EdgeConfig(**adm), **kw),
+                        max_body_bytes=1000, default_deadline_ms=500, clock=clock)
+    return mw, app, clock
+
+
+async def test_admitted_request_sees_the_whole_body_and_its_arrival_time() -> None:
+    mw, app, clock = _mw()
+    status, _, _ = await _call(mw, _scope(None), [b'{"in', b'puts": []}'])
+    assert status == 200
+    scope, body = app.seen[0]
+    assert body == b'{"inputs": []}' and scope[ARRIVAL_KEY] == clock.t
+    assert sum(mw.state.in_flight.values()) == 0
+
+
+async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -> None:
+    mw, app, _ = _mw(initial_service_s=0.02, admission={"max_queue_delay_s": {
+        "realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}})
+    app.hold.clear()
+    held = [asyncio.create_task(_call(mw, _scope(None, {"Timeshare-Priority": "interactive"}),
+                                      [b"{}"])) for _ in range(4)]
+    await asyncio.sleep(0.01)
+    body = b'{"parameters": {"priority": "batch"}, "inputs": []}'
+    status, headers, payload = await _call(mw, _scope(len(body)), [body])
+    assert status == 503 and headers[b"retry-after"] == b"1"
+    err = json.loads(payload)
+    assert err["type"] == "Overloaded" and err["field"] == "priority"
+    assert err["error"].startswith("overload:batch")
+    # realtime waits only behind the one request running: let through
+    held.append(asyncio.create_task(_call(mw, _scope(None, {"X-Priority": "0"}), [b"{}"])))
+    await asyncio.sleep(0.01)
+    assert mw.state.in_flight[Priority.REALTIME] == 1
+    app.hold.set()
+    assert [s for s, _, _ in await asyncio.gather(*held)] == [200] * 5
+    assert mw.state.counts == {"shed:batch": 1}
+
+
+async def test_the_class_is_read_from_the_raw_body_realtime_included() -> None:
+    mw, app, _ = _mw()
+    app.hold.clear()
+    tasks = [asyncio.create_task(_call(mw, _scope(None), [
+        b'{"parameters": {"priority": "%s"}, "inputs": []}' % p.label.encode()]))
+        for p in Priority]
+    tasks.append(asyncio.create_task(_call(mw, _scope(None), [b'{"inputs": []}'])))
+    await asyncio.sleep(0.01)
+    assert mw.state.in_flight == {Priority.REALTIME: 1, Priority.INTERACTIVE: 2,
+                                  Priority.BATCH: 1, Priority.BACKGROUND: 1}
+    app.hold.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_size_depth_and_bad_priority_are_refused_before_the_app_runs() -> None:
+    mw, app, _ = _mw(max_json_depth=4)
+    status, _, payload = await _call(mw, _scope(5000), [b"x"])
+    assert status == 413 and json.loads(payload)["field"] == "body"
+    status, _, payload = await _call(mw, _scope(None), [b"[[[", b"[[[]]]]]]"])
+    assert status == 400 and "deeper than 4" in json.loads(payload)["error"]
+    status, _, payload = await _call(mw, _scope(None, {"Timeshare-Priority": "urgent"}), [b"{}"])
+    assert status == 400 and json.loads(payload)["field"] == "Timeshare-Priority"
+    assert app.seen == []
+
+
+async def test_slow_body_is_cut_and_readers_are_bounded() -> None:
+    mw, _, _ = _mw(max_body_readers=1,
+                   admission={"body_grace_s": 0.05, "body_timeout_s": 0.2})
+    slow = asyncio.create_task(_call(mw, _scope(None), [b"{", b"}"], gap=10))
+    await asyncio.sleep(0.01)  # the first chunk arrives at once, the second never in time
+    assert mw.state.readers == 1
+    status, _, payload = await _call(mw, _scope(None), [b"{", b"}"])
+    assert status == 503 and "slow uploads" in json.loads(payload)["error"]
+    status, _, _ = await _call(mw, _scope(None), [b"{}"])  # one piece: needs no reader slot
+    assert status == 200
+    status, _, payload = await slow
+    assert status == 408 and json.loads(payload)["type"] == "RequestTimeout"
+    assert mw.state.readers == 0
+
+
+async def test_disabled_edge_passes_everything_through() -> None:
+    mw, app, _ = _mw(enabled=False)
+    status, _, _ = await _call(mw, _scope(5000), [b"{}"])
+    assert status == 200 and ARRIVAL_KEY not in app.seen[0][0]
+
+
+def test_service_time_is_measured_from_completions() -> None:
+    mw, _, clock = _mw(initial_service_s=0.5)
+    st = mw.state
+    st.started(Priority.BATCH)
+    st.started(Priority.BATCH)
+    clock.t += 0.02
+    st.finished(Priority.BATCH, 100.0)  # ran alone from the start: 20 ms
+    clock.t += 0.01
+    st.finished(Priority.BATCH, 100.0)  # 10 ms after the previous completion
+    assert st.service_s == pytest.approx(0.5 + 0.1 * (0.02 - 0.5) + 0.1 * (0.01 - 0.452))
+    # two batch admissions at t=100.0 (tau 1 s), seen 30 ms later
+    assert st.snapshot().admitted_rate[Priority.BATCH] == pytest.approx(2 * math.exp(-0.03))
+    assert st.snapshot().admitted_rate[Priority.REALTIME] == 0.0

@@ -1,0 +1,143 @@
+"""policies.edge and router.edge_body: pure decisions and raw-body looks (no server)."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import pytest
+
+import policies.edge
+from policies.edge import EdgeConfig, EdgeSnapshot, body_wait_s, decide_edge, predicted_delay_s
+from policies.priority import Priority
+from router.edge_body import SNIFF_BYTES, DepthScanner, sniff_deadline_ms, sniff_priority
+
+RT, IA, BA, BG = Priority.REALTIME, Priority.INTERACTIVE, Priority.BATCH, Priority.BACKGROUND
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(policies.edge).failed == 0
+
+
+TIGHT = {"realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}
+
+
+def _decide(in_flight, priority, *, service_s=0.02, elapsed_s=0.0, deadline_s=0.5, **cfg):
+    cfg.setdefault("max_queue_delay_s", TIGHT)
+    return decide_edge(EdgeSnapshot(in_flight, service_s), priority=priority,
+                       elapsed_s=elapsed_s, deadline_s=deadline_s, config=EdgeConfig(**cfg))
+
+
+def test_predicted_delay_counts_work_at_least_as_urgent_plus_the_running_one() -> None:
+    snap = EdgeSnapshot({RT: 1, IA: 2, BA: 3}, service_s=0.01)
+    assert predicted_delay_s(snap, RT) == pytest.approx(0.02)  # 1 realtime + 1 running below
+    assert predicted_delay_s(snap, IA) == pytest.approx(0.04)
+    assert predicted_delay_s(snap, BA) == pytest.approx(0.06)
+    assert predicted_delay_s(snap, BG) == pytest.approx(0.06)
+    assert predicted_delay_s(EdgeSnapshot({}, 0.01), BA) == 0.0
+
+
+def test_lower_classes_are_shed_first_as_load_grows() -> None:
+    """At every load level, the set of shed classes is a suffix of the priority order."""
+    for n in range(40):
+        load = {RT: n // 4, IA: n // 2, BA: n - n // 4 - n // 2}
+        admitted = [_decide(load, p).admit for p in Priority]
+        assert admitted == sorted(admitted, reverse=True), (n, admitted)
+    # and there is a load where batch is shed but realtime is not
+    assert not _decide({IA: 4}, BA).admit and _decide({IA: 4}, RT).admit
+
+
+def test_more_urgent_traffic_arriving_stretches_the_wait_of_less_urgent_classes() -> None:
+    """M/G/1 priority factor: realtime admitted at 40/s x 20 ms fills 80 % of the backend, so
+    interactive waits 1 / 0.2 = 5x its queue; realtime itself is not affected."""
+    busy = EdgeSnapshot({RT: 1, IA: 1}, 0.02, {RT: 40.0})
+    idle = EdgeSnapshot({RT: 1, IA: 1}, 0.02, {})
+    assert predicted_delay_s(busy, IA) == pytest.approx(5 * predicted_delay_s(idle, IA))
+    assert predicted_delay_s(busy, RT) == predicted_delay_s(idle, RT)
+    assert predicted_delay_s(EdgeSnapshot({IA: 1}, 0.02, {RT: 1000.0}), IA) == pytest.approx(0.4)
+    cfg = EdgeConfig(max_queue_delay_s=TIGHT)
+    assert decide_edge(idle, priority=IA, elapsed_s=0, deadline_s=0.5, config=cfg).admit
+    assert not decide_edge(busy, priority=IA, elapsed_s=0, deadline_s=0.5, config=cfg).admit
+    assert decide_edge(busy, priority=RT, elapsed_s=0, deadline_s=0.5, config=cfg).admit
+
+
+def test_overload_reason_and_retry_after() -> None:
+    d = _decide({BA: 30}, BA, service_s=0.1)
+    assert not d.admit and d.reason == "overload:batch" and d.status == 503
+    assert d.retry_after_s == 3  # 30 in flight x 0.1 s drains in 3 s
+    assert _decide({}, BA).retry_after_s == 1
+
+
+def test_in_flight_share_caps_each_class() -> None:
+    cfg = {"max_in_flight": 8}
+    assert not _decide({RT: 4}, BA, service_s=0.0, **cfg).admit  # 4 >= 0.5 x 8
+    assert _decide({RT: 4}, IA, service_s=0.0, **cfg).admit
+    assert not _decide({RT: 8}, RT, service_s=0.0, **cfg).admit
+
+
+def test_a_request_that_cannot_meet_its_deadline_is_shed_at_once() -> None:
+    d = _decide({RT: 1}, RT, service_s=0.02, elapsed_s=0.47, deadline_s=0.5)
+    assert not d.admit and d.reason == "would_miss_deadline"
+    assert _decide({RT: 1}, RT, service_s=0.02, elapsed_s=0.40, deadline_s=0.5).admit
+
+
+def test_config_rejects_missing_classes_and_bad_values() -> None:
+    with pytest.raises(ValueError, match="in_flight_share"):
+        EdgeConfig(in_flight_share={"realtime": 1.0})
+    with pytest.raises(ValueError, match="max_queue_delay_s"):
+        EdgeConfig(max_queue_delay_s={"realtime": 0, "interactive": 1, "batch": 1,
+                                      "background": 1})
+    with pytest.raises(ValueError, match="must not grow"):
+        EdgeConfig(max_queue_delay_s={"realtime": 0.05, "interactive": 0.1, "batch": 0.01,
+                                      "background": 0.01})
+    with pytest.raises(ValueError, match="body_grace_s"):
+        EdgeConfig(body_grace_s=5, body_timeout_s=1)
+
+
+def test_body_wait_grace_then_minimum_rate_then_total_timeout() -> None:
+    cfg = EdgeConfig(body_grace_s=1.0, body_min_rate_bps=1000.0, body_timeout_s=10.0)
+    assert body_wait_s(received=0, elapsed_s=0.0, config=cfg) == 1.0
+    assert body_wait_s(received=0, elapsed_s=1.0, config=cfg) <= 0  # nothing after the grace
+    assert body_wait_s(received=3000, elapsed_s=2.0, config=cfg) == pytest.approx(1.0)
+    assert body_wait_s(received=10**9, elapsed_s=9.5, config=cfg) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 16])
+def test_depth_scanner_matches_json_depth_across_chunks(chunk: int) -> None:
+    doc = {"a": [[1, 2, {"s": "[[[[[[[[[[", "t": "\\\"[[[[[[[[[[\\\\"}]], "b": "}}}}"}
+    raw = json.dumps(doc).encode()  # true depth: {, [, [, { = 4
+    for limit, ok in ((4, True), (3, False)):
+        s = DepthScanner(limit)
+        results = [s.feed(raw[i:i + chunk]) for i in range(0, len(raw), chunk)]
+        assert all(results) is ok, (limit, chunk)
+    s = DepthScanner(4)
+    assert all(s.feed(raw[i:i + chunk]) for i in range(0, len(raw), chunk)) and s.depth == 0
+
+
+def test_depth_scanner_refuses_deep_nesting_early() -> None:
+    s = DepthScanner(32)
+    body = b"[" * 1_000_000 + b"]" * 1_000_000
+    assert s.feed(body[:65536]) is False
+
+
+def test_sniff_priority_and_deadline_in_bounded_windows() -> None:
+    head = b'{"parameters": {"priority": "realtime", "deadline_ms": 250}, "inputs": []}'
+    assert sniff_priority(head) is RT and sniff_deadline_ms(head) == 250.0
+    tail = b'{"inputs": [' + b"1," * SNIFF_BYTES * 2 + b'1], "parameters": {"priority": 2}}'
+    assert sniff_priority(tail) is BA
+    middle = (b'{"inputs": [' + b"1," * SNIFF_BYTES + b'1], "parameters": {"priority": "batch"}, '
+              b'"x": [' + b"1," * SNIFF_BYTES + b"1]}")
+    assert sniff_priority(middle) is None  # outside the windows: the default class applies
+    assert sniff_priority(b'{"parameters": {"priority": "urgent"}}') is None
+    assert sniff_deadline_ms(b'{"parameters": {"deadline_ms": 0}}') is None
+
+
+def test_a_deadline_too_tight_even_when_idle_goes_on_to_its_fallback() -> None:
+    # No queue: shedding would not help it; the pipeline answers with the labelled fallback.
+    d = _decide({}, RT, service_s=0.02, elapsed_s=0.0, deadline_s=0.001)
+    assert d.admit and d.predicted_delay_s == 0.0
+    # A deadline an idle backend would meet but this queue would not is shed at once.
+    loose = {"realtime": 1.0, "interactive": 1.0, "batch": 1.0, "background": 1.0}
+    d = _decide({RT: 4}, RT, service_s=0.02, elapsed_s=0.0, deadline_s=0.1,
+                max_queue_delay_s=loose)
+    assert not d.admit and d.reason == "would_miss_deadline"
