@@ -29,12 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fallbacks.breaker import BreakerRegistry
 from fallbacks.deadline import Clock, Deadline
+from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
+from fallbacks.pool_throttle import PoolThrottles
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rule_engine import RuleEngine
-from fallbacks.throttle import AdaptiveThrottle
 from pool.config import FallbackStep
 from pool.trust import ModuleAllowlist
-from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 
 __all__ = [
     "Attempt",
@@ -203,8 +203,9 @@ def _label(prefix: str, model: str, version: str | None) -> str:
 class ChainRunner:
     """Runs a primary call and its fallback chain within a :class:`Deadline`.
 
-    ``breakers`` (per (model, pool)) and ``throttles`` (per pool name) are optional guards: an
-    open breaker or a throttled pool makes the runner skip that step at once.
+    ``breakers`` and ``throttles`` (SRE client-side adaptive throttling), both per (model,
+    pool), are optional guards: an open breaker or a throttled (model, pool) makes the runner
+    skip that step at once, so one broken model never throttles the others on its pool.
     """
 
     def __init__(
@@ -213,7 +214,7 @@ class ChainRunner:
         *,
         config: ChainConfig | None = None,
         breakers: BreakerRegistry | None = None,
-        throttles: Mapping[str, AdaptiveThrottle] | None = None,
+        throttles: PoolThrottles | None = None,
         clock: Clock = time.monotonic,
         default_pool: PoolName = "gpu",
     ) -> None:
@@ -223,7 +224,7 @@ class ChainRunner:
         self._default_pool: PoolName = default_pool
         self.config = config or ChainConfig()
         self._breakers = breakers
-        self._throttles = dict(throttles or {})
+        self._throttles = throttles
         self._clock = clock
 
     async def run(
@@ -302,7 +303,8 @@ class ChainRunner:
         if breaker is not None and not breaker.try_acquire():
             attempts.append(Attempt(label, "breaker_open", 0.0))
             return None
-        throttle = self._throttles.get(target.pool)
+        throttle = (self._throttles.throttle(target.model, target.pool)
+                    if self._throttles is not None else None)
         if throttle is not None and not throttle.allow():
             if breaker is not None:
                 breaker.release()
@@ -324,6 +326,8 @@ class ChainRunner:
             if e.status_code < 500:  # the caller's fault: no fallback would be right either
                 if breaker is not None:
                     breaker.release()
+                if throttle is not None:
+                    throttle.on_accepted()  # the pool did its part
                 raise
             outcome = f"error: {type(e).__name__}"
         except asyncio.TimeoutError:
@@ -343,6 +347,8 @@ class ChainRunner:
         elapsed = self._clock() - t0
         if breaker is not None:
             breaker.on_error(elapsed)
+        if throttle is not None:
+            throttle.on_rejected()
         attempts.append(Attempt(label, outcome, elapsed))
         return None
 

@@ -21,6 +21,7 @@ fault, so the backend did accept it.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections import OrderedDict
@@ -99,10 +100,14 @@ class PoolThrottles:
             raise PoolThrottled(model, pool, t.reject_probability())
         try:
             result = await fn()
-        except Exception as e:
+        except BaseException as e:
             if _caller_fault(e):
                 t.on_accepted()
+            elif not isinstance(e, asyncio.CancelledError):  # a cancelled call says nothing
+                t.on_rejected()
             raise
-        if not self._refused(result):
+        if self._refused(result):
+            t.on_rejected()
+        else:
             t.on_accepted()
         return result

@@ -21,8 +21,7 @@ class AdaptiveThrottle:
         if not throttle.allow():
             ...  # skip the pool: reason "throttled"
         ok = await call()
-        if ok:
-            throttle.on_accepted()
+        throttle.on_accepted() if ok else throttle.on_rejected()
     """
 
     def __init__(
@@ -46,11 +45,22 @@ class AdaptiveThrottle:
         return throttle_reject_probability(requests, accepts, self.k)
 
     def allow(self) -> bool:
-        """Count an attempt and decide whether to send it."""
+        """Decide whether to send an attempt; one rejected here counts as a request at once.
+
+        An attempt let through is counted when its outcome is known (:meth:`on_accepted` /
+        :meth:`on_rejected`): counted at send time, a burst of calls still in flight would
+        look like a backend accepting nothing and throttle a healthy pool at start-up.
+        """
         p = self.reject_probability()
+        if p <= 0.0 or self._rng() >= p:
+            return True
         self._counts.add(self._clock(), 1, 0)
-        return p <= 0.0 or self._rng() >= p
+        return False
 
     def on_accepted(self) -> None:
         """The backend accepted (answered) a request that :meth:`allow` let through."""
-        self._counts.add(self._clock(), 0, 1)
+        self._counts.add(self._clock(), 1, 1)
+
+    def on_rejected(self) -> None:
+        """The backend refused, failed or timed out a request that :meth:`allow` let through."""
+        self._counts.add(self._clock(), 1, 0)

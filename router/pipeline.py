@@ -27,6 +27,7 @@ from fallbacks import (
     ChainConfig,
     ChainRunner,
     Deadline,
+    PoolThrottles,
     Target,
 )
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
@@ -53,6 +54,9 @@ class PipelineConfig:
     chain: ChainConfig = field(default_factory=ChainConfig)
     admission: AdmissionConfig | None = field(default_factory=AdmissionConfig)
     pool_capacity: int = 64  # requests a pool holds in flight before classes start being shed
+    # SRE client-side adaptive throttling per (model, pool): reject locally, at once and
+    # labelled, once a pool accepts fewer than 1/k of a model's calls (None: off).
+    throttle_k: float | None = 2.0
 
 
 class Recorder:
@@ -104,11 +108,13 @@ class Pipeline:
         self._recorders = tuple(recorders)
         self._clock = clock
         self._wall = wall
-        # Per-(model, pool) circuit breakers guard failing models. The chain runner's per-pool
-        # adaptive throttle is not used: with one CPU pool it would let one broken model
-        # throttle every model on it.
+        # Per-(model, pool) circuit breakers and adaptive throttles guard failing or overloaded
+        # models; keyed per model, so one broken model never throttles the others on its pool.
+        throttles = (None if config.throttle_k is None
+                     else PoolThrottles(k=config.throttle_k, clock=clock))
         self.runner = ChainRunner(PoolExecutor(catalog, self.pools, clock=clock, wall=wall),
-                                  config=config.chain, breakers=breakers, clock=clock,
+                                  config=config.chain, breakers=breakers, throttles=throttles,
+                                  clock=clock,
                                   default_pool="gpu" if "gpu" in self.pools else "cpu")
         self.route_runner = RouteRunner(
             routes or {}, strategies or {}, self._answer, catalog, pools=tuple(self.pools),

@@ -21,7 +21,7 @@ from fallbacks.chain import (
 from fallbacks.deadline import Deadline
 from fallbacks.request import FallbackRequest
 from fallbacks.rules import RuleConfigError
-from fallbacks.throttle import AdaptiveThrottle
+from fallbacks.pool_throttle import PoolThrottles
 from pool.config import FallbackStep
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
 
@@ -214,20 +214,21 @@ async def test_open_breaker_skips_the_step_and_timeouts_feed_it():
     assert ex.calls[0][3] > 0.4
 
 
-async def test_throttled_pool_is_skipped():
+async def test_throttled_model_is_skipped_and_other_models_on_its_pool_are_not():
     clock_now = [0.0]
-    rolls = [0.99, 0.0, 0.99]
-    th = AdaptiveThrottle(k=1.0, clock=lambda: clock_now[0], rng=lambda: rolls.pop(0))
+    rolls = [0.0]  # a throttle draws only when its reject probability is above 0
+    th = PoolThrottles(k=1.0, clock=lambda: clock_now[0], rng=lambda: rolls.pop(0))
     ex = FakeExecutor({("big", "gpu"): "raise"})
-    r = runner(ex, throttles={"gpu": th})
+    r = runner(ex, throttles=th)
     await r.run(REQ, deadline=Deadline.after_ms(1000), chain=CHAIN, primary=Target("big"))
-    # 'big' failed (p was 0), 'small' was let through (p = 1/2, roll 0.99) and answered:
-    # 2 requests, 1 accept, k=1 -> p = 1/3
-    assert th.reject_probability() == pytest.approx(1 / 3)
+    # 'big' failed once (p was 0): 1 request, 0 accepts, k=1 -> p = 1/2 for big@gpu only;
+    # 'small' on the same pool answered and keeps p = 0
+    assert th.throttle("big", "gpu").reject_probability() == pytest.approx(1 / 2)
+    assert th.throttle("small", "gpu").reject_probability() == 0.0
     res = await r.run(REQ, deadline=Deadline.after_ms(1000), chain=CHAIN, primary=Target("big"))
-    assert res.attempts[0].outcome == "throttled"  # roll 0.0 < 1/3
-    assert (res.served_by, res.reason) == ("model:small@1", "throttled")  # roll 0.99 >= 1/2
-    assert rolls == []
+    assert res.attempts[0].outcome == "throttled"  # roll 0.0 < 1/2
+    assert (res.served_by, res.reason) == ("model:small@1", "throttled")
+    assert rolls == []  # one draw, big@gpu's; small@gpu was never throttled
 
 
 async def test_outer_cancellation_propagates_and_returns_half_open_permit():

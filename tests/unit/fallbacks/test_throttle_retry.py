@@ -27,10 +27,23 @@ def test_throttle_never_rejects_a_healthy_backend(clock):
     assert th.reject_probability() == 0.0
 
 
+def test_throttle_counts_calls_in_flight_only_once_they_end(clock):
+    # a cold burst: many calls let through before any answer must not throttle a healthy pool
+    th = AdaptiveThrottle(k=2.0, window_s=10, clock=clock, rng=lambda: 0.0)
+    assert all(th.allow() for _ in range(50))
+    for _ in range(50):
+        th.on_accepted()
+    assert th.reject_probability() == 0.0
+
+
 def test_throttle_rejects_in_proportion_to_failures_and_forgets(clock):
     rolls = iter([0.5] * 1000)
     th = AdaptiveThrottle(k=2.0, window_s=10, clock=clock, rng=lambda: next(rolls))
-    allowed = sum(th.allow() for _ in range(100))  # backend accepts nothing
+    allowed = 0
+    for _ in range(100):  # backend accepts nothing
+        if th.allow():
+            allowed += 1
+            th.on_rejected()
     # p climbs towards 100/101; once it reaches 0.5 the 0.5 rolls are rejected
     assert allowed == 2  # p=0 (no roll), p=1/2 → roll 0.5 >= 0.5 allowed, then p=2/3 ...
     assert th.reject_probability() == pytest.approx(100 / 101)
@@ -40,7 +53,8 @@ def test_throttle_rejects_in_proportion_to_failures_and_forgets(clock):
 
 def test_throttle_uses_its_window_per_second(clock):
     th = AdaptiveThrottle(k=1.0, window_s=2, clock=clock, rng=lambda: 0.99)
-    th.allow()
+    assert th.allow()
+    th.on_rejected()
     clock.advance(1)
     th.allow()
     th.on_accepted()
