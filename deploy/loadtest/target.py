@@ -63,19 +63,25 @@ class Target(Protocol):
         ...
 
 
-def v2_body(req: LoadRequest) -> dict[str, Any]:
-    """KServe v2 / Open Inference Protocol JSON body of one request."""
+def v2_params(req: LoadRequest) -> dict[str, Any]:
+    """The ``parameters`` object of one request's v2 body."""
     params: dict[str, Any] = {"priority": req.priority, "caller": req.caller}
     if req.deadline_ms is not None:
         params["deadline_ms"] = req.deadline_ms
-    return {
-        "id": req.request_id,
-        "inputs": [
-            {"name": name, "shape": list(arr.shape), "datatype": dt, "data": arr.ravel().tolist()}
-            for name, (dt, arr) in req.inputs.items()
-        ],
-        "parameters": params,
-    }
+    return params
+
+
+def v2_inputs(req: LoadRequest) -> list[dict[str, Any]]:
+    """The ``inputs`` list of one request's v2 body."""
+    return [
+        {"name": name, "shape": list(arr.shape), "datatype": dt, "data": arr.ravel().tolist()}
+        for name, (dt, arr) in req.inputs.items()
+    ]
+
+
+def v2_body(req: LoadRequest) -> dict[str, Any]:
+    """KServe v2 / Open Inference Protocol JSON body of one request."""
+    return {"id": req.request_id, "inputs": v2_inputs(req), "parameters": v2_params(req)}
 
 
 class HttpTarget:
