@@ -91,25 +91,25 @@ def calibration_markdown(c: dict[str, Any]) -> str:
     f, st = c["floor"], c["stall"]
     lines = [
         "# Load-test tool calibration", "",
-        f"Taken {c['when']} on {c['machine']['cpus']} CPUs (1-min load average before: "
+        (f"Taken {c['when']} on {c['machine']['cpus']} CPUs (1-min load average before: "
         f"{c['machine']['load_avg_1m_before']:.2f}), {c['workers']} generator processes, against "
         "the built-in null KServe-v2 server (answers at once, its own process). "
         f"**Targets {'met' if c['meets_targets'] else 'NOT met'}** (added p50 ≤ 1 ms; "
-        f"≥ 2,000 req/s with send-lag p99 ≤ {c['lag_limit_ms']:g} ms, also across a 2 s stall).",
+        f"≥ 2,000 req/s with send-lag p99 ≤ {c['lag_limit_ms']:g} ms, also across a 2 s stall)."),
         "",
-        f"- **Added latency** at {f['rate_rps']:g} req/s ({f['requests']} requests): p50 "
+        (f"- **Added latency** at {f['rate_rps']:g} req/s ({f['requests']} requests): p50 "
         f"{_ms(f['added_ms']['p50'])} ms, p90 {_ms(f['added_ms']['p90'])} ms, p99 "
-        f"{_ms(f['added_ms']['p99'])} ms, max {_ms(f['added_ms']['max'])} ms.",
-        f"- **Highest rate held** (send-lag p99 ≤ {c['lag_limit_ms']:g} ms, no error, every "
-        f"request answered): {c['max_held_rps'] or 'none'} req/s.",
-        f"- **2 s stall** at {st['rate_rps']:g} req/s (server SIGSTOPped from "
+        f"{_ms(f['added_ms']['p99'])} ms, max {_ms(f['added_ms']['max'])} ms."),
+        (f"- **Highest rate held** (send-lag p99 ≤ {c['lag_limit_ms']:g} ms, no error, every "
+        f"request answered): {c['max_held_rps'] or 'none'} req/s."),
+        (f"- **2 s stall** at {st['rate_rps']:g} req/s (server SIGSTOPped from "
         f"{st['freeze']['stopped_s']:.2f} s to {st['freeze']['resumed_s']:.2f} s): send lag p99 "
         f"{_ms(st['lag_ms']['p99'])} ms, max {_ms(st['lag_ms']['max'])} ms — "
         f"{'held' if st['held'] else 'NOT held'}; latency p50 {_ms(st['latency_ms']['p50'])} "
         f"ms, p99 {_ms(st['latency_ms']['p99'])} ms, max {_ms(st['latency_ms']['max'])} ms; "
-        f"{st['waited_for_connection']} requests waited for a connection.", "",
-        "| offered req/s | requests | added p50 ms | added p99 ms | lag p50 ms | lag p99 ms | "
-        "lag max ms | held |", "|---|---|---|---|---|---|---|---|",
+        f"{st['waited_for_connection']} requests waited for a connection."), "",
+        ("| offered req/s | requests | added p50 ms | added p99 ms | lag p50 ms | lag p99 ms | "
+        "lag max ms | held |"), "|---|---|---|---|---|---|---|---|",
     ]
     for s in c["ladder"]:
         lines.append(f"| {s['rate_rps']:g} | {s['requests']} | {_ms(s['added_ms']['p50'])} | "

@@ -248,6 +248,11 @@ class LoadTestConfig(BaseModel):
         "on an interleaved share of the schedule (default: one per CPU core). A handle target "
         "always uses one (the Ray driver of this process)."
     )
+    realtime: bool = Field(
+        True, description="Run the HTTP generator processes under SCHED_FIFO when permitted, "
+        "so they wake on schedule on a busy machine (they never spin; falls back to normal "
+        "scheduling without the privilege, and the report says which applied)."
+    )
     knee_factor: float = Field(
         2.0, gt=1, description="Sweep: latency knee where p99 exceeds this times the first p99."
     )

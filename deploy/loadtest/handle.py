@@ -47,11 +47,12 @@ class HandleTarget:
         from ray.exceptions import RayTaskError
 
         try:
-            ir = self._request(
-                model=req.model, version=req.version, priority=req.priority, caller=req.caller,
-                deadline_ms=req.deadline_ms, request_id=req.request_id,
-                inputs={name: arr for name, (_, arr) in req.inputs.items()},
-            )
+            ir = self._request.model_validate({
+                "model": req.model, "version": req.version, "priority": req.priority,
+                "caller": req.caller, "deadline_ms": req.deadline_ms,
+                "request_id": req.request_id,
+                "inputs": {name: arr for name, (_, arr) in req.inputs.items()},
+            })
             resp = await self._handle.infer.remote(ir)
         except RayTaskError as e:
             cause = getattr(e, "cause", None)

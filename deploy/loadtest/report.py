@@ -202,11 +202,12 @@ def _generator_lines(gen: dict[str, Any]) -> list[str]:
         wins = ", ".join(f"{w:g} s" for w in gen["behind_windows"]) or "spread over the run"
         behind = f" — **generator fell behind** (windows starting at {wins})"
     return [
-        f"- {gen.get('workers', 1)} generator process(es); send lag p50 {_f(lag['p50'], '.2f')} "
+        f"- {gen.get('workers', 1)} generator process(es) ({gen.get('scheduling', 'normal')} "
+        f"scheduling); send lag p50 {_f(lag['p50'], '.2f')} "
         f"ms, p99 {_f(lag['p99'], '.2f')} ms, max {_f(lag['max'], '.2f')} ms; "
         f"{gen['late_sends']} sends later than {gen['lag_warn_ms']:g} ms" + behind,
-        f"- {gen['waited_for_connection']} requests waited for a free connection (p99 wait "
-        f"{_f(wait['p99'])} ms, max {_f(wait['max'])} ms; included in their latency)",
+        (f"- {gen['waited_for_connection']} requests waited for a free connection (p99 wait "
+        f"{_f(wait['p99'])} ms, max {_f(wait['max'])} ms; included in their latency)"),
     ]
 
 

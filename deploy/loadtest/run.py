@@ -99,6 +99,7 @@ async def run_loadtest(
             samples, hists = await _one_rate(cfg, target, rate, i, n_workers, prog, clock)
         run = summarize_run(samples, cfg=cfg, rate=rate, hists=hists)
         run["generator"]["workers"] = n_workers
+        run["generator"]["scheduling"] = prog.scheduling
         _warn(stream, run)
         runs.append(run)
         all_samples.append(samples)

@@ -94,16 +94,17 @@ async def freeze(proc: subprocess.Popen[bytes], progress: RunProgress, *, at_s: 
                  for_s: float) -> dict[str, float]:
     """SIGSTOP ``proc`` ``at_s`` after the run's start (``progress.started_at``, set when the
     generator starts) for ``for_s``; returns when it was stopped and resumed, in seconds from
-    the run's start (measured right after each signal)."""
+    the run's start: read right after SIGSTOP and right before SIGCONT, so the server was
+    certainly frozen over the whole interval returned."""
     while progress.started_at == 0.0:
         await asyncio.sleep(0.01)
     t0 = progress.started_at
     await asyncio.sleep(max(0.0, t0 + at_s - time.perf_counter()))
     os.kill(proc.pid, signal.SIGSTOP)
-    stopped = time.perf_counter() - t0
+    stopped = time.perf_counter() - t0  # after the signal: it was stopped by then
     try:
         await asyncio.sleep(max(0.0, t0 + at_s + for_s - time.perf_counter()))
     finally:
+        resumed = time.perf_counter() - t0  # before the signal: it cannot have run earlier
         os.kill(proc.pid, signal.SIGCONT)
-    resumed = time.perf_counter() - t0
     return {"stopped_s": stopped, "resumed_s": resumed}

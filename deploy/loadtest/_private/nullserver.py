@@ -5,7 +5,8 @@ deploy.loadtest._private.nullserver import main; main()" --port 0``; it prints `
 listening) so that the generator under calibration does not share a core's
 interpreter with it. It is a raw asyncio protocol (uvloop when installed): a few microseconds
 per request, so what a load test measures against it is the tool's own cost (plus loopback).
-``--delay-ms`` adds a constant service time (``loop.call_later``), for tests with a known answer.
+``--delay-ms`` adds a constant service time (``loop.call_later`` on the stdlib loop, whose
+timers never fire early), for tests with a known answer.
 """
 
 from __future__ import annotations
@@ -106,7 +107,13 @@ def main() -> None:
     p.add_argument("--delay-ms", type=float, default=0.0)
     a = p.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        run_fast(serve(a.port, a.delay_ms))
+        if a.delay_ms > 0:
+            # asyncio's timers are exact floats and never fire early; libuv's are whole
+            # milliseconds of a cached clock, so a 5 ms delay can last ~3.5-5 ms, which would
+            # blur the known service time tests compare against.
+            asyncio.run(serve(a.port, a.delay_ms))
+        else:
+            run_fast(serve(a.port, a.delay_ms))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from deploy.loadtest._private.engine import OpenLoop, Records, RunProgress, TaskLane
 from deploy.loadtest._private.plan import PlannedRequest
@@ -50,7 +51,7 @@ class Sample:
 
 
 def samples_from(plan: Sequence[PlannedRequest], rec: Records,
-                 outcome: Callable[[object], Outcome]) -> list[Sample]:
+                 outcome: Callable[[Any], Outcome]) -> list[Sample]:
     """One ``Sample`` per planned request from an engine's records (``outcome`` turns a lane's
     raw result into an ``Outcome``)."""
     out = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import socket
 import subprocess
 import sys
@@ -36,6 +37,7 @@ __all__ = ["run_http"]
 # Between "every worker is ready" and the first planned send.
 _START_LEAD_S = 0.05
 _POLL_S = 0.05
+_RT_PRIORITY = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,8 @@ async def run_http(cfg: LoadTestConfig, rate: float, run_index: int, *, workers:
             proc, conn = _spawn(job)
             procs.append(proc)
             pipes.append(conn)
-        await _gather(pipes, procs, "ready")
+        ready = await _gather(pipes, procs, "ready")
+        progress.scheduling = ", ".join(sorted({msg[1] for msg in ready}))
         t0 = time.perf_counter() + _START_LEAD_S
         progress.started_at = t0
         for c in pipes:
@@ -140,7 +143,7 @@ def child_main(fd: int) -> None:
         job = conn.recv()
         cfg = LoadTestConfig.model_validate(job.config)
         plan = build_plan(cfg, job.rate, run_index=job.run_index)[job.worker::job.workers]
-        host, port, base = split_url(cfg.target.url)
+        host, port, base = split_url(_url(cfg))
         enc = BodyEncoder(host, port, base)
         data = [enc.encode(p.request) for p in plan]
         rec = run_fast(_drive(cfg, job, plan, data, conn))
@@ -154,25 +157,48 @@ def child_main(fd: int) -> None:
 
 async def _drive(cfg: LoadTestConfig, job: _Job, plan: list[PlannedRequest], data: list[bytes],
                  conn: Connection) -> Any:
-    host, port, _ = split_url(cfg.target.url)
+    host, port, _ = split_url(_url(cfg))
     prog = RunProgress(total=len(plan))
-    engine = OpenLoop([p.offset_s for p in plan], data,
-                      lambda finish: HttpLane(host, port, finish), job.lanes,
+    lanes: list[HttpLane] = []
+
+    def lane(finish: Any) -> HttpLane:
+        lanes.append(HttpLane(host, port, finish))
+        return lanes[-1]
+
+    engine = OpenLoop([p.offset_s for p in plan], data, lane, job.lanes,
                       timeout_s=cfg.target.timeout_s,
                       max_in_flight=max(job.lanes, cfg.max_in_flight // job.workers),
                       progress=prog)
     # Pre-open every connection; one that fails is retried (and its error reported) by the
     # first request that needs it.
-    await asyncio.gather(*(lane.connect() for lane in engine.lanes), return_exceptions=True)
-    conn.send(("ready",))
+    await asyncio.gather(*(ln.connect() for ln in lanes), return_exceptions=True)
+    conn.send(("ready", _realtime() if cfg.realtime else "normal"))
     t0 = conn.recv()  # blocking is fine: nothing else runs in this process yet
     publisher = asyncio.get_running_loop().create_task(_publish(prog, conn))
     try:
         return await engine.run(t0)
     finally:
         publisher.cancel()
-        for lane in engine.lanes:
-            lane.close()
+        for ln in lanes:
+            ln.close()
+
+
+def _url(cfg: LoadTestConfig) -> str:
+    if cfg.target.url is None:
+        raise ValueError("the HTTP generator needs target.url")
+    return cfg.target.url
+
+
+def _realtime() -> str:
+    """Ask for SCHED_FIFO (lowest real-time priorities): a sleeping generator then wakes on
+    time even when the machine is busy, instead of waiting behind other processes' slices
+    (measured on a busy 2-core host: wake-up lateness p99 5-13 ms normal, 0.7 ms SCHED_FIFO).
+    It never spins, so it only takes the CPU it needs; refused (no privilege): normal."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(_RT_PRIORITY))
+    except (AttributeError, OSError):
+        return "normal"
+    return "SCHED_FIFO"
 
 
 async def _publish(prog: RunProgress, conn: Connection) -> None:

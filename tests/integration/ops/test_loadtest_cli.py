@@ -93,5 +93,5 @@ def test_unreachable_target_reports_connect_errors(tmp_path: Path) -> None:
     out = tmp_path / "down"
     assert main([str(path), "--out", str(out), "--no-progress"]) == 1
     run = json.loads((out / "report.json").read_text())["runs"][0]
-    assert run["errors"]["by_class"] == {"ConnectError": run["planned"]}
+    assert run["errors"]["by_class"] == {"ConnectionRefusedError": run["planned"]}
     assert run["latency_ms"]["p50"] is None

@@ -53,8 +53,8 @@ def test_demo_config_is_valid_and_as_specified() -> None:
     ({"arrival": {"process": "poisson"}}, "exactly one of rate or rates"),
     ({"arrival": {"rates": [20, 10]}}, "increasing, got [20.0, 10.0]"),
     ({"arrival": {"rate": 5, "process": "burst"}}, "arrival.process"),
-    ({"target": {"url": "127.0.0.1:8000"}}, "must start with http:// (the generator speaks "
-     "plain HTTP/1.1), got '127.0.0.1:8000'"),
+    ({"target": {"url": "127.0.0.1:8000"}}, ("must start with http:// (the generator speaks "
+     "plain HTTP/1.1), got '127.0.0.1:8000'")),
     ({"target": {"url": "https://x"}}, "got 'https://x'"),
     ({"target": {"url": "http://x", "app": "timeshare"}}, "exactly one of url or app"),
     ({"target": {}}, "exactly one of url or app"),
