@@ -26,7 +26,7 @@ from deploy.loadtest.config import LoadTestConfig
 
 __all__ = ["calibrate", "calibration_markdown", "write_calibration"]
 
-LADDER_RPS = (1000, 2000, 3000, 4000, 5000, 6000, 8000)
+LADDER_RPS = (1000, 2000, 3000, 4000, 6000, 8000, 12000, 16000)
 
 
 def traffic(url: str = "http://127.0.0.1:1") -> LoadTestConfig:
@@ -62,6 +62,7 @@ async def calibrate(*, workers: int, floor_rps: float = 500.0, step_s: float = 3
         held = [s["rate_rps"] for s in steps if s["held"]]
         out["ladder"] = steps
         out["max_held_rps"] = max(held) if held else None
+        out["ladder_top_held"] = bool(steps[-1]["held"])  # then the limit lies higher
         out["stall"] = await _stall_run(cfg, proc, url, workers=workers, rate=stall_rps)
     out["meets_targets"] = bool(
         (out["floor"]["added_ms"]["p50"] or 99) <= 1.0
