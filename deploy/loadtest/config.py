@@ -249,9 +249,10 @@ class LoadTestConfig(BaseModel):
         "always uses one (the Ray driver of this process)."
     )
     realtime: bool = Field(
-        True, description="Run the HTTP generator processes under SCHED_FIFO when permitted, "
-        "so they wake on schedule on a busy machine (they never spin; falls back to normal "
-        "scheduling without the privilege, and the report says which applied)."
+        True, description="Run the generator (the HTTP worker processes; for a handle target, "
+        "this process's event-loop thread) under SCHED_FIFO when permitted, so it wakes on "
+        "schedule on a busy machine (it never spins; falls back to normal scheduling without "
+        "the privilege, and the report says which applied)."
     )
     knee_factor: float = Field(
         2.0, gt=1, description="Sweep: latency knee where p99 exceeds this times the first p99."

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from deploy.loadtest._private.engine import request_realtime
 from deploy.loadtest._private.floor import measure_floor
 from deploy.loadtest._private.plan import build_plan
 from deploy.loadtest._private.progress import progress_bar
@@ -86,15 +87,19 @@ async def run_loadtest(
     ``floor=True`` first measures the tool's own floor at the highest rate (see
     ``measure_floor``). ``progress=None`` draws the bar only when ``stream`` is a TTY.
     """
+    scheduling = "normal"
     if target is None and cfg.target.app is not None:
         target = HandleTarget(connect_app(cfg.target.app))
+        # This process is then the tool (a Ray driver of its own): its event loop's thread
+        # wakes on schedule like the HTTP workers (Ray's own threads keep their policy).
+        scheduling = request_realtime() if cfg.realtime else "normal"
     n_workers = 1 if target is not None else (workers or cfg.workers or os.cpu_count() or 1)
     floor_fig = await measure_floor(cfg, workers=n_workers, in_process=target is not None) \
         if floor else None
     runs: list[dict[str, Any]] = []
     all_samples: list[list[Sample]] = []
     for i, rate in enumerate(cfg.arrival.rate_list):
-        prog = RunProgress(total=len(build_plan(cfg, rate, run_index=i)))
+        prog = RunProgress(total=len(build_plan(cfg, rate, run_index=i)), scheduling=scheduling)
         async with progress_bar(prog, label=f"{rate:g} rps", stream=stream, enabled=progress):
             samples, hists = await _one_rate(cfg, target, rate, i, n_workers, prog, clock)
         run = summarize_run(samples, cfg=cfg, rate=rate, hists=hists)

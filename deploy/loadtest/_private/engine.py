@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -28,7 +29,9 @@ from typing import Any, Protocol, TypeVar
 
 from deploy.loadtest.target import LoadRequest, Outcome, Target
 
-__all__ = ["Lane", "OpenLoop", "Records", "RunProgress", "TaskLane", "run_fast"]
+__all__ = [
+    "Lane", "OpenLoop", "Records", "RunProgress", "TaskLane", "request_realtime", "run_fast",
+]
 
 T = TypeVar("T")
 
@@ -42,6 +45,7 @@ _SWEEP_S = 0.02
 # Measured on a busy 2-core host (1,000 sends/s): 0.3 ms leaves 14% of wake-ups early (waited
 # out, ~0.1 ms each) for a lag p99 of ~0.9 ms; 0 leaves half early and costs 4x the CPU.
 _UVLOOP_BIAS_S = 0.0003
+_RT_PRIORITY = 10
 
 
 class Lane(Protocol):
@@ -248,6 +252,19 @@ class OpenLoop:
                 prog.in_flight -= 1
                 self._record(k, sent, now, Outcome(error="Timeout"))
                 self._next(lane, now)
+
+
+def request_realtime() -> str:
+    """Ask for SCHED_FIFO (lowest real-time priority) for the calling thread: a sleeping
+    generator then wakes on time even when the machine is busy, instead of waiting behind other
+    processes' slices (measured on a busy 2-core host: wake-up lateness p99 5-13 ms normal,
+    0.7 ms SCHED_FIFO). The engine never spins, so it only takes the CPU it needs. Returns the
+    policy in force: ``"SCHED_FIFO"``, or ``"normal"`` when refused (no privilege)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(_RT_PRIORITY))
+    except (AttributeError, OSError):
+        return "normal"
+    return "SCHED_FIFO"
 
 
 def run_fast(coro: Coroutine[Any, Any, T]) -> T:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from deploy.loadtest._private.engine import OpenLoop, RunProgress, run_fast
+from deploy.loadtest._private.engine import OpenLoop, RunProgress, request_realtime, run_fast
 from deploy.loadtest._private.http import BodyEncoder, HttpLane, outcome_of, split_url
 from deploy.loadtest._private.plan import PlannedRequest, build_plan
 from deploy.loadtest._private.runner import Sample, samples_from
@@ -37,7 +36,6 @@ __all__ = ["run_http"]
 # Between "every worker is ready" and the first planned send.
 _START_LEAD_S = 0.05
 _POLL_S = 0.05
-_RT_PRIORITY = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +170,7 @@ async def _drive(cfg: LoadTestConfig, job: _Job, plan: list[PlannedRequest], dat
     # Pre-open every connection; one that fails is retried (and its error reported) by the
     # first request that needs it.
     await asyncio.gather(*(ln.connect() for ln in lanes), return_exceptions=True)
-    conn.send(("ready", _realtime() if cfg.realtime else "normal"))
+    conn.send(("ready", request_realtime() if cfg.realtime else "normal"))
     t0 = conn.recv()  # blocking is fine: nothing else runs in this process yet
     publisher = asyncio.get_running_loop().create_task(_publish(prog, conn))
     try:
@@ -187,18 +185,6 @@ def _url(cfg: LoadTestConfig) -> str:
     if cfg.target.url is None:
         raise ValueError("the HTTP generator needs target.url")
     return cfg.target.url
-
-
-def _realtime() -> str:
-    """Ask for SCHED_FIFO (lowest real-time priorities): a sleeping generator then wakes on
-    time even when the machine is busy, instead of waiting behind other processes' slices
-    (measured on a busy 2-core host: wake-up lateness p99 5-13 ms normal, 0.7 ms SCHED_FIFO).
-    It never spins, so it only takes the CPU it needs; refused (no privilege): normal."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(_RT_PRIORITY))
-    except (AttributeError, OSError):
-        return "normal"
-    return "SCHED_FIFO"
 
 
 async def _publish(prog: RunProgress, conn: Connection) -> None:
