@@ -8,11 +8,11 @@ Exit status: 0 every SLO met (a sweep: the lowest rate met them; calibration: it
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
 
+from deploy.loadtest._private.engine import run_fast
 from deploy.loadtest.calibrate import calibrate, write_calibration
 from deploy.loadtest.config import LoadTestConfig, TargetConfig, load_config
 from deploy.loadtest.report import floor_line, write_report
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out) if args.out else Path(f"loadtest-{cfg.name}")
     try:
-        result = asyncio.run(run_loadtest(cfg, progress=args.progress, workers=args.workers,
+        # uvloop when installed: for a handle target this process is the generator.
+        result = run_fast(run_loadtest(cfg, progress=args.progress, workers=args.workers,
                                           floor=args.floor))
     except ValueError as e:  # e.g. target.app not reachable
         print(f"error: {e}", file=sys.stderr)
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     workers = args.workers or os.cpu_count() or 1
-    result = asyncio.run(calibrate(workers=workers))
+    result = run_fast(calibrate(workers=workers))
     md = write_calibration(result, Path(args.out or "loadtest-calibration"))
     print(md.read_text())
     print(f"written: {md} and {md.with_suffix('.json')}")
