@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from deploy.loadtest import load_config, main
-from deploy.loadtest.calibrate import calibrate, write_calibration
 from deploy.loadtest._private.plan import build_plan
+from deploy.loadtest.calibrate import calibrate, write_calibration
 from tests.integration.ops.conftest import free_port, raw_config
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -103,7 +103,7 @@ async def test_calibration_measures_floor_ladder_and_stall(tmp_path: Path) -> No
     c = await calibrate(workers=2, floor_rps=200, step_s=1.0, stall_rps=200, ladder=(300, 600))
     assert c["floor"]["requests"] == pytest.approx(200, abs=40)
     assert 0 < c["floor"]["added_ms"]["p50"] <= c["floor"]["added_ms"]["p99"]
-    assert [s["rate_rps"] for s in c["ladder"]][0] == 300
+    assert c["ladder"][0]["rate_rps"] == 300
     stall = c["stall"]
     assert stall["freeze"]["resumed_s"] - stall["freeze"]["stopped_s"] == pytest.approx(2.0,
                                                                                        abs=0.05)
