@@ -42,26 +42,44 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 class TargetConfig(BaseModel):
-    """Where requests go: an HTTP base URL speaking KServe v2 JSON."""
+    """Where requests go: an HTTP base URL speaking KServe v2 JSON, or a Ray Serve app's handle."""
 
     model_config = _STRICT
 
-    url: str = Field(..., description="Base URL, e.g. http://127.0.0.1:8000 (no trailing path).")
+    url: str | None = Field(
+        None, description="Base URL, e.g. http://127.0.0.1:8000 (no trailing path)."
+    )
+    app: str | None = Field(
+        None, description="Ray Serve application name (e.g. timeshare): requests go through "
+        "serve.get_app_handle(app).infer, as another Ray app would call it."
+    )
     timeout_s: float = Field(
-        30.0, gt=0, description="Per-request timeout; expiry counts as an error."
+        30.0, gt=0, description="A request not answered this long after its planned send time "
+        "is a Timeout error (also when still queued or in flight at the end of the run)."
     )
     max_connections: int = Field(
         256, ge=1, le=10_000,
-        description="HTTP connection pool bound; waits for a connection count as latency "
-        "because latency is measured from the planned send time."
+        description="Connections (handle: concurrent calls), pre-opened and shared among the "
+        "generator processes; a request waiting for one counts that wait as latency because "
+        "latency is measured from the planned send time."
     )
 
     @field_validator("url")
     @classmethod
-    def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"target.url must start with http:// or https://, got {v!r}")
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if not v.startswith("http://"):
+            raise ValueError(f"target.url must start with http:// (the generator speaks plain "
+                             f"HTTP/1.1), got {v!r}")
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> TargetConfig:
+        if (self.url is None) == (self.app is None):
+            raise ValueError(f"target: give exactly one of url or app, got url={self.url!r} "
+                             f"app={self.app!r}")
+        return self
 
 
 class RandomRange(BaseModel):
@@ -222,7 +240,19 @@ class LoadTestConfig(BaseModel):
         "counts as error class 'generator_overload'."
     )
     lag_warn_ms: float = Field(
-        10.0, gt=0, description="A send later than this after its planned time counts as lagging."
+        2.0, gt=0, description="A send later than this after its planned time counts as lagging; "
+        "the generator is behind when its lag p99 exceeds it."
+    )
+    workers: int | None = Field(
+        None, ge=1, le=64, description="Generator processes for an HTTP target, each open loop "
+        "on an interleaved share of the schedule (default: one per CPU core). A handle target "
+        "always uses one (the Ray driver of this process)."
+    )
+    realtime: bool = Field(
+        True, description="Run the generator (the HTTP worker processes; for a handle target, "
+        "this process's event-loop thread) under SCHED_FIFO when permitted, so it wakes on "
+        "schedule on a busy machine (it never spins; falls back to normal scheduling without "
+        "the privilege, and the report says which applied)."
     )
     knee_factor: float = Field(
         2.0, gt=1, description="Sweep: latency knee where p99 exceeds this times the first p99."

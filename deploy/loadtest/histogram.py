@@ -40,6 +40,24 @@ class LatencyHistogram:
             us = min(max(us, _LOW_US), _HIGH_US)
         self._h.record_value(us)
 
+    def add(self, other: LatencyHistogram) -> None:
+        """Merge ``other`` in exactly: same bucket layout, so counts simply add."""
+        self._h.add(other._h)
+        self.clamped += other.clamped
+
+    def encode(self) -> bytes:
+        """Compressed HdrHistogram wire form plus the clamp count (to merge across processes)."""
+        return str(self.clamped).encode() + b":" + self._h.encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> LatencyHistogram:
+        """Inverse of ``encode``."""
+        clamped, _, wire = data.partition(b":")
+        h = cls()
+        h._h.add(HdrHistogram.decode(wire))
+        h.clamped = int(clamped)
+        return h
+
     @property
     def count(self) -> int:
         return int(self._h.get_total_count())

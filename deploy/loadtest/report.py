@@ -10,7 +10,7 @@ from typing import Any
 from deploy.loadtest.histogram import PERCENTILES
 from deploy.loadtest.run import LoadTestResult
 
-__all__ = ["ReportPaths", "write_report"]
+__all__ = ["ReportPaths", "floor_line", "write_report"]
 
 _LAT_KEYS = [*PERCENTILES, "max"]
 
@@ -118,6 +118,19 @@ def _sweep_plot(result: LoadTestResult, path: Path) -> None:
     plt.close(fig)
 
 
+def floor_line(floor: dict[str, Any] | None) -> str:
+    """One sentence stating the tool's own floor (what it adds to every latency)."""
+    if not floor:
+        return ("Tool floor: not measured for this report (run without --no-floor, or see "
+                "`timeshare loadtest --calibrate`).")
+    a, lag = floor["added_ms"], floor["lag_ms"]
+    return (f"Tool floor ({floor['transport']}, same traffic at {floor['rate_rps']:g} req/s "
+            f"against a null server, {floor['workers']} generator process(es), measured just "
+            f"before the runs): the tool adds p50 {_f(a['p50'], '.2f')} ms, p99 "
+            f"{_f(a['p99'], '.2f')} ms to every latency; send lag p99 {_f(lag['p99'], '.2f')} ms "
+            f"— {'rate held' if floor['held'] else 'rate NOT held by the tool itself'}.")
+
+
 def _overview(result: LoadTestResult) -> list[str]:
     lines = ["| target rps | planned | ok/s | ratio | " + " | ".join(f"{k} ms" for k in _LAT_KEYS)
              + " | errors | degraded | stable | SLO |",
@@ -171,12 +184,7 @@ def _run_section(result: LoadTestResult, i: int, plot: str) -> list[str]:
                            r["shares"]["fallback_served_by"]),
               _shares_line("degraded reasons", r["shares"]["degraded_reason"]), ""]
     lines += _groups("Per model", r["by_model"]) + _groups("Per priority", r["by_priority"])
-    lag = gen["lag_ms"]
-    lines += ["**Generator**", "",
-              f"- send lag p50 {_f(lag['p50'], '.2f')} ms, p99 {_f(lag['p99'], '.2f')} ms, "
-              f"max {_f(lag['max'], '.2f')} ms; {gen['late_sends']} sends later than "
-              f"{gen['lag_warn_ms']:g} ms" + (" — **generator fell behind**" if gen["behind"]
-                                              else ""),
+    lines += ["**Generator**", "", *_generator_lines(gen),
               (f"- service time (actual send to answer) p50 {_f(r['service_ms']['p50'])} ms, "
               f"p99 {_f(r['service_ms']['p99'])} ms"), "",
               f"**Stability**: {'stable' if st['stable'] else 'NOT stable — ' + st['reason']}", "",
@@ -185,6 +193,22 @@ def _run_section(result: LoadTestResult, i: int, plot: str) -> list[str]:
         lines.append(f"| {w['start_s']:g} | {w['requests']} | {w['throughput_rps']:.1f} | "
                      f"{_f(w['p99_ms'])} |")
     return lines + [""]
+
+
+def _generator_lines(gen: dict[str, Any]) -> list[str]:
+    lag, wait = gen["lag_ms"], gen["connection_wait_ms"]
+    behind = ""
+    if gen["behind"]:
+        wins = ", ".join(f"{w:g} s" for w in gen["behind_windows"]) or "spread over the run"
+        behind = f" — **generator fell behind** (windows starting at {wins})"
+    return [
+        f"- {gen.get('workers', 1)} generator process(es) ({gen.get('scheduling', 'normal')} "
+        f"scheduling); send lag p50 {_f(lag['p50'], '.2f')} "
+        f"ms, p99 {_f(lag['p99'], '.2f')} ms, max {_f(lag['max'], '.2f')} ms; "
+        f"{gen['late_sends']} sends later than {gen['lag_warn_ms']:g} ms" + behind,
+        (f"- {gen['waited_for_connection']} requests waited for a free connection (p99 wait "
+        f"{_f(wait['p99'])} ms, max {_f(wait['max'])} ms; included in their latency)"),
+    ]
 
 
 _HOW_TO_READ = [
@@ -202,9 +226,15 @@ _HOW_TO_READ = [
      "generator's in-flight bound was hit."),
     ("- **Degraded / fallback / cache** shares come from the answers' `parameters` "
      "(`degraded`, `served_by`, `reason`, `cache`)."),
-    ("- **Generator lag** is how late the generator itself sent requests. When it fell behind, "
-     "latencies include that lag and the load was not offered as planned: run the generator on "
-     "a less busy machine or lower the rate."),
+    ("- **Tool floor** (top of the report): the same traffic against a null server that "
+     "answers at once, just before the runs; it is what the tool itself adds to each latency. "
+     "`timeshare loadtest --calibrate` measures it in full, with the highest rate it holds."),
+    ("- **Generator lag** is how late the generator itself acted on a planned send. When it "
+     "fell behind, latencies include that lag and the load was not offered as planned: the "
+     "windows it touched are named; use more `--workers`, a less busy machine or a lower rate. "
+     "Waiting for a free connection is the server's backpressure, not lag: it counts in the "
+     "latency. Requests still unanswered `timeout_s` after their planned time (also at the end "
+     "of a run) are `Timeout` errors, never dropped."),
     ("- **Stability**: the measured period is cut into windows; a run is stable when the last "
      "windows agree on completion ratio and p99 within the tolerance (as Triton perf_analyzer "
      "does). An unstable run needs a longer duration before its figures are trusted."),
@@ -231,7 +261,8 @@ def write_report(result: LoadTestResult, out_dir: str | Path) -> ReportPaths:
              f"{cfg.warmup_s:g} s warm-up per rate, models "
              + ", ".join(f"{m.name} (weight {m.weight:g})" for m in cfg.models) + ".", "",
              ("Latency is measured from each request's *planned* send time (open loop, no "
-             "coordinated omission); percentiles are over successful measured requests."), ""]
+             "coordinated omission); percentiles are over successful measured requests."), "",
+             floor_line(result.floor), ""]
     lines += _overview(result) + [""]
     if result.is_sweep:
         sweep = out / "throughput_vs_latency.png"

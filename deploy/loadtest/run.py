@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
+import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from deploy.loadtest._private.engine import request_realtime
+from deploy.loadtest._private.floor import measure_floor
 from deploy.loadtest._private.plan import build_plan
 from deploy.loadtest._private.progress import progress_bar
 from deploy.loadtest._private.runner import RunProgress, Sample, run_open_loop
-from deploy.loadtest._private.stats import find_knee, summarize_run
+from deploy.loadtest._private.stats import RunHistograms, find_knee, summarize_run
+from deploy.loadtest._private.workers import run_http
 from deploy.loadtest.config import LoadTestConfig
-from deploy.loadtest.target import HttpTarget, Target
+from deploy.loadtest.handle import HandleTarget, connect_app
+from deploy.loadtest.target import Target
 
 __all__ = ["LoadTestResult", "run_loadtest"]
 
@@ -27,6 +31,7 @@ class LoadTestResult:
     runs: list[dict[str, Any]]
     samples: list[list[Sample]] = field(repr=False)
     knee: dict[str, Any] | None = None
+    floor: dict[str, Any] | None = None
 
     @property
     def is_sweep(self) -> bool:
@@ -47,6 +52,7 @@ class LoadTestResult:
             "ok": self.ok,
             "sweep": self.is_sweep,
             "knee": self.knee,
+            "floor": self.floor,
             "runs": self.runs,
         }
 
@@ -54,10 +60,11 @@ class LoadTestResult:
 def _warn(stream: TextIO, run: dict[str, Any]) -> None:
     gen = run["generator"]
     if gen["behind"]:
+        wins = ", ".join(f"{w:g}s" for w in gen["behind_windows"]) or "none in particular"
         stream.write(f"WARNING: load generator fell behind at {run['target_rps']:g} rps: "
                      f"send lag p99 {gen['lag_ms']['p99']:.1f} ms, max {gen['lag_ms']['max']:.1f} "
-                     f"ms, {gen['late_sends']} sends later than {gen['lag_warn_ms']:g} ms; "
-                     "latencies include this lag\n")
+                     f"ms, {gen['late_sends']} sends later than {gen['lag_warn_ms']:g} ms "
+                     f"(windows starting at {wins}); latencies include this lag\n")
     if not run["stability"]["stable"]:
         stream.write(f"WARNING: run at {run['target_rps']:g} rps not stable: "
                      f"{run['stability']['reason']}\n")
@@ -70,32 +77,51 @@ async def run_loadtest(
     progress: bool | None = None,
     stream: TextIO = sys.stderr,
     clock: Callable[[], float] = time.perf_counter,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    workers: int | None = None,
+    floor: bool = False,
 ) -> LoadTestResult:
-    """Run every rate of ``cfg`` against ``target`` (an ``HttpTarget`` on ``cfg.target`` when
-    None, closed at the end). ``progress=None`` draws the bar only when ``stream`` is a TTY."""
-    own = target is None
-    tgt: Target = target or HttpTarget(cfg.target.url, timeout_s=cfg.target.timeout_s,
-                                       max_connections=cfg.target.max_connections)
+    """Run every rate of ``cfg``.
+
+    ``target`` given (any ``Target``) or ``cfg.target.app``: in this process. Otherwise HTTP to
+    ``cfg.target.url`` from ``workers`` generator processes (``cfg.workers``, else one per core).
+    ``floor=True`` first measures the tool's own floor at the highest rate (see
+    ``measure_floor``). ``progress=None`` draws the bar only when ``stream`` is a TTY.
+    """
+    scheduling = "normal"
+    if target is None and cfg.target.app is not None:
+        target = HandleTarget(connect_app(cfg.target.app))
+        # This process is then the tool (a Ray driver of its own): its event loop's thread
+        # wakes on schedule like the HTTP workers (Ray's own threads keep their policy).
+        scheduling = request_realtime() if cfg.realtime else "normal"
+    n_workers = 1 if target is not None else (workers or cfg.workers or os.cpu_count() or 1)
+    floor_fig = await measure_floor(cfg, workers=n_workers, in_process=target is not None) \
+        if floor else None
     runs: list[dict[str, Any]] = []
     all_samples: list[list[Sample]] = []
-    try:
-        for i, rate in enumerate(cfg.arrival.rate_list):
-            plan = build_plan(cfg, rate, run_index=i)
-            prog = RunProgress(total=len(plan))
-            label = f"{rate:g} rps"
-            async with progress_bar(prog, label=label, stream=stream, enabled=progress):
-                samples = await run_open_loop(tgt, plan, max_in_flight=cfg.max_in_flight,
-                                              clock=clock, sleep=sleep, progress=prog)
-            run = summarize_run(samples, cfg=cfg, rate=rate)
-            _warn(stream, run)
-            runs.append(run)
-            all_samples.append(samples)
-    finally:
-        if own:
-            await tgt.aclose()
+    for i, rate in enumerate(cfg.arrival.rate_list):
+        prog = RunProgress(total=len(build_plan(cfg, rate, run_index=i)), scheduling=scheduling)
+        async with progress_bar(prog, label=f"{rate:g} rps", stream=stream, enabled=progress):
+            samples, hists = await _one_rate(cfg, target, rate, i, n_workers, prog, clock)
+        run = summarize_run(samples, cfg=cfg, rate=rate, hists=hists)
+        run["generator"]["workers"] = n_workers
+        run["generator"]["scheduling"] = prog.scheduling
+        _warn(stream, run)
+        runs.append(run)
+        all_samples.append(samples)
     knee = None
     if len(runs) > 1:
         knee = find_knee(runs, knee_factor=cfg.knee_factor,
                          min_ratio=cfg.slo.min_throughput_ratio or 0.95)
-    return LoadTestResult(config=cfg, runs=runs, samples=all_samples, knee=knee)
+    return LoadTestResult(config=cfg, runs=runs, samples=all_samples, knee=knee, floor=floor_fig)
+
+
+async def _one_rate(cfg: LoadTestConfig, target: Target | None, rate: float, i: int,
+                    workers: int, prog: RunProgress, clock: Callable[[], float],
+                    ) -> tuple[list[Sample], RunHistograms | None]:
+    if target is None:
+        return await run_http(cfg, rate, i, workers=workers, progress=prog)
+    samples = await run_open_loop(target, build_plan(cfg, rate, run_index=i),
+                                  max_in_flight=cfg.max_in_flight,
+                                  lanes=cfg.target.max_connections,
+                                  timeout_s=cfg.target.timeout_s, clock=clock, progress=prog)
+    return samples, None

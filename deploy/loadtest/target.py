@@ -1,19 +1,19 @@
 """What the load generator sends to: the ``Target`` protocol and its HTTP implementation.
 
 A target turns one ``LoadRequest`` into one ``Outcome``. It never raises for a failed call: the
-failure becomes ``Outcome.error`` with a class name (``http_503``, ``ReadTimeout``...), so the
+failure becomes ``Outcome.error`` with a class name (``http_503``, ``Timeout``...), so the
 generator's accounting is the same whatever the transport. Latency is NOT measured here: the
 generator measures from the planned send time.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
 import numpy as np
 
 __all__ = ["CallableTarget", "HttpTarget", "LoadRequest", "Outcome", "Target", "v2_body"]
@@ -63,68 +63,91 @@ class Target(Protocol):
         ...
 
 
-def v2_body(req: LoadRequest) -> dict[str, Any]:
-    """KServe v2 / Open Inference Protocol JSON body of one request."""
+def v2_params(req: LoadRequest) -> dict[str, Any]:
+    """The ``parameters`` object of one request's v2 body."""
     params: dict[str, Any] = {"priority": req.priority, "caller": req.caller}
     if req.deadline_ms is not None:
         params["deadline_ms"] = req.deadline_ms
-    return {
-        "id": req.request_id,
-        "inputs": [
-            {"name": name, "shape": list(arr.shape), "datatype": dt, "data": arr.ravel().tolist()}
-            for name, (dt, arr) in req.inputs.items()
-        ],
-        "parameters": params,
-    }
+    return params
+
+
+def v2_inputs(req: LoadRequest) -> list[dict[str, Any]]:
+    """The ``inputs`` list of one request's v2 body."""
+    return [
+        {"name": name, "shape": list(arr.shape), "datatype": dt, "data": arr.ravel().tolist()}
+        for name, (dt, arr) in req.inputs.items()
+    ]
+
+
+def v2_body(req: LoadRequest) -> dict[str, Any]:
+    """KServe v2 / Open Inference Protocol JSON body of one request."""
+    return {"id": req.request_id, "inputs": v2_inputs(req), "parameters": v2_params(req)}
 
 
 class HttpTarget:
-    """POST ``{url}/v2/models/{model}[/versions/{v}]/infer`` with ``httpx.AsyncClient``.
+    """POST ``{url}/v2/models/{model}[/versions/{v}]/infer`` over at most ``max_connections``
+    keep-alive connections (the generator's raw HTTP/1.1 client, opened on first use).
 
-    Connections are bounded by ``max_connections``; a request waiting for a connection is still
-    late against its plan, which the generator's latency includes.
+    For one-off and closed-loop use; ``timeout_s`` bounds each call from its actual send. A
+    call waiting for a free connection waits in FIFO order.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 30.0, max_connections: int = 256,
-                 client: httpx.AsyncClient | None = None) -> None:
-        self._url = url.rstrip("/")
-        self._client = client or httpx.AsyncClient(
-            timeout=timeout_s,
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
-        )
+    def __init__(self, url: str, *, timeout_s: float = 30.0, max_connections: int = 256) -> None:
+        from deploy.loadtest._private.http import BodyEncoder, split_url
 
-    def _path(self, req: LoadRequest) -> str:
-        version = f"/versions/{req.version}" if req.version else ""
-        return f"{self._url}/v2/models/{req.model}{version}/infer"
+        self._host, self._port, base = split_url(url)
+        self._enc = BodyEncoder(self._host, self._port, base)
+        self._timeout = timeout_s
+        self._max = max_connections
+        self._lanes: list[Any] = []
+        self._idle: list[Any] = []
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+
+    async def _acquire(self) -> Any:
+        from deploy.loadtest._private.http import HttpLane
+
+        if self._idle:
+            return self._idle.pop()
+        if len(self._lanes) < self._max:
+            lane = HttpLane(self._host, self._port, self._on_finish)
+            self._lanes.append(lane)
+            return lane
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return await fut
+
+    def _release(self, lane: Any) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(lane)
+                return
+        self._idle.append(lane)
+
+    @staticmethod
+    def _on_finish(lane: Any, result: Any) -> None:
+        fut = lane.tag
+        if not fut.done():
+            fut.set_result(result)
 
     async def send(self, req: LoadRequest) -> Outcome:
-        """Send one request; HTTP errors and exceptions become ``Outcome.error``."""
-        body = json.dumps(v2_body(req)).encode()
+        """Send one request; HTTP errors and transport failures become ``Outcome.error``."""
+        from deploy.loadtest._private.http import outcome_of
+
+        lane = await self._acquire()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        lane.start(fut, self._enc.encode(req), 0.0)
         try:
-            resp = await self._client.post(
-                self._path(req), content=body, headers={"content-type": "application/json"}
-            )
-        except Exception as e:  # noqa: BLE001 - every transport failure is an outcome
-            return Outcome(error=type(e).__name__)
-        if resp.status_code != 200:
-            return Outcome(error=f"http_{resp.status_code}", status=resp.status_code,
-                           bytes_out=len(resp.content))
-        try:
-            params = resp.json().get("parameters") or {}
-        except (ValueError, AttributeError):
-            return Outcome(error="bad_response", status=200, bytes_out=len(resp.content))
-        return Outcome(
-            status=200,
-            degraded=bool(params.get("degraded", False)),
-            served_by=_str_or_none(params.get("served_by")),
-            reason=_str_or_none(params.get("reason")),
-            cache=_str_or_none(params.get("cache")),
-            bytes_out=len(resp.content),
-        )
+            result = await asyncio.wait_for(fut, self._timeout)
+        except asyncio.TimeoutError:
+            lane.abort()
+            result = Outcome(error="Timeout")
+        self._release(lane)
+        return outcome_of(result)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for lane in self._lanes:
+            lane.close()
 
 
 class CallableTarget:
@@ -144,7 +167,3 @@ class CallableTarget:
 
     async def aclose(self) -> None:
         return None
-
-
-def _str_or_none(v: Any) -> str | None:
-    return None if v is None else str(v)

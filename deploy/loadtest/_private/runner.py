@@ -1,9 +1,10 @@
-"""Open-loop sending (the tool) and a closed-loop client (the baseline it is compared with).
+"""Open-loop sending in this process (the tool) and a closed-loop client (the baseline).
 
-Open loop: each request is sent at its planned time whether or not earlier ones have answered,
-and its latency runs from the PLANNED send time. If the server stalls, requests planned during
-the stall still go out (or, if the generator itself is late, are charged for its lateness), so
-the stall shows up in the latency of every request it delayed — no coordinated omission.
+Open loop (``run_open_loop``): each request is handed to the target at its planned time whether
+or not earlier ones have answered, and its latency runs from the PLANNED send time (see
+``engine.OpenLoop``). A server stall shows up in the latency of every request it delayed — no
+coordinated omission. HTTP targets run in worker processes instead (``workers.run_http``); this
+in-process path serves ``Target`` objects such as the Ray handle target.
 
 Closed loop (``run_closed_loop``): each worker sends, waits for the answer, sends again, and times
 each request from its actual send. During a stall it simply stops sending, so only one request
@@ -13,20 +14,22 @@ per worker sees the stall. It exists to show the difference, not for load tests.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from deploy.loadtest._private.engine import OpenLoop, Records, RunProgress, TaskLane
 from deploy.loadtest._private.plan import PlannedRequest
 from deploy.loadtest.target import LoadRequest, Outcome, Target
 
-__all__ = ["RunProgress", "Sample", "run_closed_loop", "run_open_loop"]
+__all__ = ["RunProgress", "Sample", "run_closed_loop", "run_open_loop", "samples_from"]
 
 Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
 
-# Lead time between building the task set and the first planned send, so the first requests
-# are not already late.
+# Lead time between building the lanes and the first planned send, so the first requests are
+# not already late.
 _START_LEAD_S = 0.02
 
 
@@ -36,7 +39,7 @@ class Sample:
 
     request_id: str
     planned_s: float
-    lag_s: float        # actual send - planned send (how late the generator was)
+    lag_s: float        # when the generator acted - planned send (the tool's own lateness)
     latency_s: float    # answer - planned send (what a user arriving on plan would see)
     service_s: float    # answer - actual send
     model: str
@@ -44,19 +47,22 @@ class Sample:
     caller: str
     measured: bool
     outcome: Outcome
+    wait_s: float = 0.0  # waited for a free connection (server backpressure; in latency_s)
 
 
-@dataclass(slots=True)
-class RunProgress:
-    """Live counters of one run, read by the progress bar."""
-
-    total: int
-    sent: int = 0
-    done: int = 0
-    errors: int = 0
-    in_flight: int = 0
-    last_lag_s: float = 0.0
-    started_at: float = 0.0
+def samples_from(plan: Sequence[PlannedRequest], rec: Records,
+                 outcome: Callable[[Any], Outcome]) -> list[Sample]:
+    """One ``Sample`` per planned request from an engine's records (``outcome`` turns a lane's
+    raw result into an ``Outcome``)."""
+    out = []
+    for k, item in enumerate(plan):
+        lag, sent, done = rec.lag[k], rec.sent[k], rec.done[k]
+        result = rec.result[k]
+        if result is None or math.isnan(done):  # cannot happen: the engine ends every request
+            raise RuntimeError(f"request {item.request.request_id} has no result")
+        out.append(_sample(item, lag=max(lag, 0.0), latency=done, service=done - sent,
+                           outcome=outcome(result), wait=max(sent - lag, 0.0)))
+    return out
 
 
 async def run_open_loop(
@@ -64,53 +70,30 @@ async def run_open_loop(
     plan: Sequence[PlannedRequest],
     *,
     max_in_flight: int = 10_000,
+    lanes: int = 256,
+    timeout_s: float = 30.0,
     clock: Clock = time.perf_counter,
-    sleep: Sleep = asyncio.sleep,
     progress: RunProgress | None = None,
 ) -> list[Sample]:
-    """Send ``plan`` on schedule and return one ``Sample`` per planned request, in plan order.
+    """Send ``plan`` on schedule through ``target`` and return one ``Sample`` per planned
+    request, in plan order.
 
-    ``max_in_flight`` bounds outstanding requests (memory); a send that would exceed it is not
-    made and is recorded with error ``generator_overload`` and zero latency.
+    At most ``min(lanes, max_in_flight)`` calls run at once; later ones queue (their wait is
+    latency) up to ``max_in_flight`` outstanding, past which a send is not made and is recorded
+    as error ``generator_overload``. A call not answered ``timeout_s`` after its planned time is
+    cancelled and recorded as ``Timeout``.
     """
-    prog = progress or RunProgress(total=len(plan))
-    results: list[Sample | None] = [None] * len(plan)
-    tasks: set[asyncio.Task[None]] = set()
-    t0 = clock() + _START_LEAD_S
-    prog.started_at = t0
+    n_lanes = max(1, min(lanes, max_in_flight))
+    engine = OpenLoop([p.offset_s for p in plan], [p.request for p in plan],
+                      lambda finish: TaskLane(target, finish), n_lanes, timeout_s=timeout_s,
+                      max_in_flight=max_in_flight, clock=clock, progress=progress)
+    rec = await engine.run(clock() + _START_LEAD_S)
+    return samples_from(plan, rec, _as_outcome)
 
-    async def one(i: int, item: PlannedRequest, due: float) -> None:
-        sent = clock()
-        prog.last_lag_s = sent - due
-        outcome = await target.send(item.request)
-        done = clock()
-        prog.done += 1
-        prog.in_flight -= 1
-        prog.errors += outcome.error is not None
-        results[i] = _sample(item, lag=sent - due, latency=done - due, service=done - sent,
-                             outcome=outcome)
 
-    for i, item in enumerate(plan):
-        due = t0 + item.offset_s
-        delay = due - clock()
-        if delay > 0:
-            await sleep(delay)
-        else:
-            await asyncio.sleep(0)  # behind schedule: still let in-flight requests progress
-        prog.sent += 1
-        if len(tasks) >= max_in_flight:
-            prog.done += 1
-            prog.errors += 1
-            results[i] = _sample(item, lag=clock() - due, latency=0.0, service=0.0,
-                                 outcome=Outcome(error="generator_overload"))
-            continue
-        prog.in_flight += 1
-        task = asyncio.create_task(one(i, item, due))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)
-    return [s for s in results if s is not None]
+def _as_outcome(result: object) -> Outcome:
+    assert isinstance(result, Outcome)
+    return result
 
 
 async def run_closed_loop(
@@ -148,9 +131,9 @@ async def run_closed_loop(
 
 
 def _sample(item: PlannedRequest, *, lag: float, latency: float, service: float,
-            outcome: Outcome) -> Sample:
+            outcome: Outcome, wait: float = 0.0) -> Sample:
     req = item.request
     return Sample(request_id=req.request_id, planned_s=item.offset_s, lag_s=lag,
                   latency_s=latency, service_s=service, model=req.model,
                   priority=req.priority, caller=req.caller, measured=item.measured,
-                  outcome=outcome)
+                  outcome=outcome, wait_s=wait)

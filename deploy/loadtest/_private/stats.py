@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,45 @@ from deploy.loadtest._private.runner import Sample
 from deploy.loadtest.config import LoadTestConfig, SloConfig, StabilityConfig
 from deploy.loadtest.histogram import LatencyHistogram
 
-__all__ = ["evaluate_slo", "find_knee", "stability", "summarize_run", "windows"]
+__all__ = [
+    "RunHistograms", "evaluate_slo", "find_knee", "stability", "summarize_run", "windows",
+]
+
+
+@dataclass(slots=True)
+class RunHistograms:
+    """The headline histograms of one run (measured requests only). Built per generator process
+    and merged exactly (``add``: same bucket layout, counts add), never by averaging percentiles.
+
+    ``latency``/``service``: successful requests, from the planned / actual send. ``lag``: every
+    request, the generator's own lateness. ``wait``: every request, time spent waiting for a free
+    connection (part of its latency).
+    """
+
+    latency: LatencyHistogram
+    service: LatencyHistogram
+    lag: LatencyHistogram
+    wait: LatencyHistogram
+
+    @classmethod
+    def of(cls, samples: Sequence[Sample]) -> RunHistograms:
+        meas = [s for s in samples if s.measured]
+        ok = [s for s in meas if s.outcome.ok]
+        return cls(latency=LatencyHistogram(s.latency_s for s in ok),
+                   service=LatencyHistogram(s.service_s for s in ok),
+                   lag=LatencyHistogram(max(s.lag_s, 0.0) for s in meas),
+                   wait=LatencyHistogram(s.wait_s for s in meas))
+
+    def add(self, other: RunHistograms) -> None:
+        for f in fields(self):
+            getattr(self, f.name).add(getattr(other, f.name))
+
+    def encode(self) -> dict[str, bytes]:
+        return {f.name: getattr(self, f.name).encode() for f in fields(self)}
+
+    @classmethod
+    def decode(cls, data: dict[str, bytes]) -> RunHistograms:
+        return cls(**{k: LatencyHistogram.decode(v) for k, v in data.items()})
 
 
 def _shares(values: Sequence[str | None]) -> dict[str, float]:
@@ -59,6 +98,7 @@ def windows(samples: Sequence[Sample], *, start_s: float, duration_s: float,
             "start_s": lo, "requests": len(sel), "throughput_rps": len(ok) / window_s,
             "ok_ratio": len(ok) / len(sel) if sel else 0.0,
             "p99_ms": LatencyHistogram(s.latency_s for s in ok).percentile_ms(99.0),
+            "lag_p99_ms": LatencyHistogram(max(s.lag_s, 0.0) for s in sel).percentile_ms(99.0),
         })
     return out
 
@@ -110,19 +150,37 @@ def evaluate_slo(run: dict[str, Any], slo: SloConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def summarize_run(samples: Sequence[Sample], *, cfg: LoadTestConfig, rate: float) -> dict[str, Any]:
-    """All figures of one run at ``rate``."""
+def _generator(meas: Sequence[Sample], hists: RunHistograms, wins: list[dict[str, Any]],
+               cfg: LoadTestConfig, overload: int) -> dict[str, Any]:
+    """How well the generator kept its schedule, and which windows its lateness touched."""
+    lag_ms = hists.lag.summary_ms()
+    late = sum(s.lag_s * 1000.0 > cfg.lag_warn_ms for s in meas)
+    behind = (lag_ms["p99"] or 0.0) > cfg.lag_warn_ms or overload > 0
+    return {
+        "lag_ms": lag_ms, "late_sends": late, "lag_warn_ms": cfg.lag_warn_ms, "behind": behind,
+        "behind_windows": [w["start_s"] for w in wins
+                           if (w["lag_p99_ms"] or 0.0) > cfg.lag_warn_ms],
+        "connection_wait_ms": hists.wait.summary_ms(),
+        "waited_for_connection": sum(s.wait_s > 0.0005 for s in meas),
+    }
+
+
+def summarize_run(samples: Sequence[Sample], *, cfg: LoadTestConfig, rate: float,
+                  hists: RunHistograms | None = None) -> dict[str, Any]:
+    """All figures of one run at ``rate``. ``hists``: the merged histograms of the generator
+    processes (built from ``samples`` when None; the same counts either way)."""
     dur = cfg.duration_s
     meas = [s for s in samples if s.measured]
     ok = [s for s in meas if s.outcome.ok]
+    h = hists or RunHistograms.of(samples)
+    if h.lag.count != len(meas) or h.latency.count != len(ok):
+        raise ValueError(f"histograms hold {h.lag.count} requests ({h.latency.count} ok), "
+                         f"samples {len(meas)} ({len(ok)} ok)")
     n = len(meas)
     errors = Counter(s.outcome.error for s in meas if s.outcome.error)
     degraded = [s for s in ok if s.outcome.degraded]
-    # Warm-up is there to absorb start-up costs (first connections, lazy imports): its lag
-    # does not count against the measured run.
-    lag_ms = LatencyHistogram(max(s.lag_s, 0.0) for s in meas).summary_ms()
-    late = sum(s.lag_s * 1000.0 > cfg.lag_warn_ms for s in meas)
-    behind = (lag_ms["p99"] or 0.0) > cfg.lag_warn_ms or errors.get("generator_overload", 0) > 0
+    wins = windows(samples, start_s=cfg.warmup_s, duration_s=dur,
+                   window_s=cfg.stability.window_s)
     run: dict[str, Any] = {
         "target_rps": rate,
         "planned": n,
@@ -130,8 +188,8 @@ def summarize_run(samples: Sequence[Sample], *, cfg: LoadTestConfig, rate: float
         "ok": len(ok),
         "throughput_rps": len(ok) / dur,
         "throughput_ratio": len(ok) / n if n else 0.0,
-        "latency_ms": LatencyHistogram(s.latency_s for s in ok).summary_ms(),
-        "service_ms": LatencyHistogram(s.service_s for s in ok).summary_ms(),
+        "latency_ms": h.latency.summary_ms(),
+        "service_ms": h.service.summary_ms(),
         "errors": {"total": sum(errors.values()), "rate": sum(errors.values()) / n if n else 0.0,
                    "by_class": dict(errors.most_common())},
         "shares": {
@@ -141,14 +199,12 @@ def summarize_run(samples: Sequence[Sample], *, cfg: LoadTestConfig, rate: float
             "fallback_served_by": _shares([s.outcome.served_by for s in degraded]),
             "degraded_reason": _shares([s.outcome.reason for s in degraded]),
         },
-        "generator": {
-            "lag_ms": lag_ms, "late_sends": late, "lag_warn_ms": cfg.lag_warn_ms,
-            "behind": behind,
-        },
+        # Warm-up is there to absorb start-up costs (first connections, lazy imports): its lag
+        # does not count against the measured run.
+        "generator": _generator(meas, h, wins, cfg, errors.get("generator_overload", 0)),
         "by_model": _by(meas, lambda s: s.model, dur),
         "by_priority": _by(meas, lambda s: s.priority, dur),
-        "windows": windows(samples, start_s=cfg.warmup_s, duration_s=dur,
-                           window_s=cfg.stability.window_s),
+        "windows": wins,
     }
     run["stability"] = stability(run["windows"], cfg.stability)
     run["slo"] = evaluate_slo(run, cfg.slo)

@@ -11,6 +11,7 @@ import yaml
 
 from deploy.loadtest import load_config, main
 from deploy.loadtest._private.plan import build_plan
+from deploy.loadtest.calibrate import calibrate, write_calibration
 from tests.integration.ops.conftest import free_port, raw_config
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -93,5 +94,21 @@ def test_unreachable_target_reports_connect_errors(tmp_path: Path) -> None:
     out = tmp_path / "down"
     assert main([str(path), "--out", str(out), "--no-progress"]) == 1
     run = json.loads((out / "report.json").read_text())["runs"][0]
-    assert run["errors"]["by_class"] == {"ConnectError": run["planned"]}
+    assert run["errors"]["by_class"] == {"ConnectionRefusedError": run["planned"]}
     assert run["latency_ms"]["p50"] is None
+
+
+async def test_calibration_measures_floor_ladder_and_stall(tmp_path: Path) -> None:
+    """A short calibration (the real one climbs to 16,000 req/s in 3 s steps)."""
+    c = await calibrate(workers=2, floor_rps=200, step_s=1.0, stall_rps=200, ladder=(300, 600))
+    assert c["floor"]["requests"] == pytest.approx(200, abs=40)
+    assert 0 < c["floor"]["added_ms"]["p50"] <= c["floor"]["added_ms"]["p99"]
+    assert c["ladder"][0]["rate_rps"] == 300
+    stall = c["stall"]
+    assert stall["freeze"]["resumed_s"] - stall["freeze"]["stopped_s"] == pytest.approx(2.0,
+                                                                                       abs=0.05)
+    # Requests planned at the start of the freeze waited for all of it.
+    assert stall["latency_ms"]["max"] >= 1900 and stall["errors"] == {}
+    md = write_calibration(c, tmp_path)
+    assert json.loads((tmp_path / "calibration.json").read_text())["stall"] == stall
+    assert "**Added latency** at 200 req/s" in md.read_text()
