@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks._output import emit
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
-from benchmarks._output import emit
 
 EXACT = CacheConfig(mode="exact", ttl_s=600)
 SEMANTIC = CacheConfig(mode="semantic", ttl_s=600)

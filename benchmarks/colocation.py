@@ -40,8 +40,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from benchmarks._output import emit
 from benchmarks._zoo import ARCHS, build_repo
+
 
 def zipf_weights(n: int, s: float = 1.1) -> list[float]:
     w = [1.0 / (k ** s) for k in range(1, n + 1)]

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchmarks._output import emit
 from fallbacks import (
     BreakerRegistry,
     ChainRunner,
@@ -35,7 +36,6 @@ from fallbacks import (
     compile_chain,
 )
 from pool.config import FallbackStep
-from benchmarks._output import emit
 
 IN_FEATURES, OUT_FEATURES = 64, 10
 

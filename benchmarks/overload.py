@@ -34,6 +34,7 @@ import torch
 import yaml
 from torch import nn
 
+from benchmarks._output import emit
 from deploy.demo import build_demo_repository
 from deploy.demo_data import load_splits
 from policies.priority import Priority
@@ -43,7 +44,6 @@ from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import RequestExpired
-from benchmarks._output import emit
 
 CHEAP, EXPENSIVE = "digits-small", "digits-large"
 HEAVY = ModelKey("digits-large-x", "1")

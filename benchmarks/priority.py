@@ -30,13 +30,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchmarks._output import emit
 from policies.priority import Priority
 from policies.scheduling import get_scheduling_policy
 from pool import ModelKey
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
-from benchmarks._output import emit
 
 RT, BG = ModelKey("realtime-model", "1"), ModelKey("background-model", "1")
 WIDTH = 256

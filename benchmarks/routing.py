@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks._output import emit
 from deploy.demo import build_demo_repository
 from deploy.demo_data import load_splits
 from policies.calibration import (
@@ -39,7 +40,6 @@ from policies.calibration import (
     threshold_for_accuracy,
     tradeoff_curve,
 )
-from benchmarks._output import emit
 from policies.routing import PlanKind, RouteRequest, RouteStrategy, make_strategy
 from router.route_training import (
     calibrate_route,

@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+
 from benchmarks._output import emit
 
 TARGET_MS = 3.0

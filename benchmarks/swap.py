@@ -19,10 +19,10 @@ import time
 import torch
 from torch import nn
 
+from benchmarks._output import emit
 from policies.priority import Priority
 from pool._private.residency import Residency
 from pool.device import DeviceSpec
-from benchmarks._output import emit
 
 
 def _model(mb: int, seed: int) -> nn.Module:

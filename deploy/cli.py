@@ -12,8 +12,8 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["main"]
 

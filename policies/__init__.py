@@ -4,10 +4,6 @@ The public API of each policy family, importable from the package root
 (``from policies import decide_spill, Priority``).
 """
 
-from policies.priority import (
-    Priority,
-    parse_priority,
-)
 from policies.admission import (
     AdmissionConfig,
     AdmissionDecision,
@@ -15,6 +11,17 @@ from policies.admission import (
     decide_admission,
     shed_classes,
     throttle_reject_probability,
+)
+from policies.calibration import (
+    Calibration,
+    CurvePoint,
+    apgr,
+    escalation_mask,
+    gap_share_to_reach,
+    share_to_reach,
+    threshold_for_accuracy,
+    threshold_for_share,
+    tradeoff_curve,
 )
 from policies.eviction import (
     EVICTION_POLICIES,
@@ -26,17 +33,15 @@ from policies.eviction import (
     ResidentView,
     get_eviction_policy,
 )
-from policies.scheduling import (
-    DEFAULT_CHUNK_MS,
-    SCHEDULING_POLICIES,
-    FifoSchedulingPolicy,
-    ModelView,
-    PrioritySchedulingPolicy,
-    RequestView,
-    ScheduleDecision,
-    SchedulerSnapshot,
-    SchedulingPolicy,
-    get_scheduling_policy,
+from policies.priority import (
+    Priority,
+    parse_priority,
+)
+from policies.replica_ranking import (
+    ReplicaView,
+    RouteTarget,
+    model_matches,
+    rank_replicas,
 )
 from policies.routing import (
     CONFIDENCE_MEASURES,
@@ -57,6 +62,18 @@ from policies.routing import (
     merge_rows,
     strategy_names,
 )
+from policies.scheduling import (
+    DEFAULT_CHUNK_MS,
+    SCHEDULING_POLICIES,
+    FifoSchedulingPolicy,
+    ModelView,
+    PrioritySchedulingPolicy,
+    RequestView,
+    ScheduleDecision,
+    SchedulerSnapshot,
+    SchedulingPolicy,
+    get_scheduling_policy,
+)
 from policies.spill import (
     SPILL_TARGETS,
     PoolStats,
@@ -65,23 +82,6 @@ from policies.spill import (
     SpillState,
     decide_spill,
     estimate_wait_s,
-)
-from policies.calibration import (
-    Calibration,
-    CurvePoint,
-    apgr,
-    escalation_mask,
-    gap_share_to_reach,
-    share_to_reach,
-    threshold_for_accuracy,
-    threshold_for_share,
-    tradeoff_curve,
-)
-from policies.replica_ranking import (
-    ReplicaView,
-    RouteTarget,
-    rank_replicas,
-    model_matches,
 )
 
 __all__ = [

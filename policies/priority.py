@@ -23,11 +23,11 @@ class Priority(enum.IntEnum):
         return self.name.lower()
 
     @classmethod
-    def default(cls) -> "Priority":
+    def default(cls) -> Priority:
         return cls.INTERACTIVE
 
 
-def parse_priority(value: "Priority | str | int | None") -> Priority:
+def parse_priority(value: Priority | str | int | None) -> Priority:
     """Parse a wire value (``"realtime"``, ``0``, a Priority) into a Priority.
 
     Raises ``ValueError`` listing the valid names for anything else.

@@ -89,7 +89,7 @@ class FallbackStep(BaseModel):
     outputs: dict[str, Any] | None = Field(None, description="For kind=default: static outputs.")
 
     @model_validator(mode="after")
-    def _check(self) -> "FallbackStep":
+    def _check(self) -> FallbackStep:
         if self.kind == "model" and not self.model:
             raise ValueError("fallback step kind=model needs 'model'")
         if self.kind == "default" and self.outputs is None:
@@ -130,7 +130,7 @@ class ModelConfig(BaseModel):
         return parse_priority(v)
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelConfig":
+    def _check(self) -> ModelConfig:
         names = [t.name for t in self.inputs]
         if len(set(names)) != len(names):
             raise ValueError(f"input names must be unique, got {names}")

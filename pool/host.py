@@ -11,19 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import numpy as np
 import torch
 
 from pool._private.worker import DeviceWorker
-from pool.types import ModelKey
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError, ModelNotLoaded
 from pool.loader import load_module
 from pool.repository import ModelRepository, RepositorySnapshot, version_order
+from pool.types import ModelKey
 from pool.work import PoolReply, PoolWork
 
 __all__ = ["VersionState", "ModelIndexEntry", "ModelHost", "HostEvent"]

@@ -13,9 +13,9 @@ reason, before anything is imported or loaded. Errors name files relative to the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import yaml
 from pydantic import ValidationError

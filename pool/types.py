@@ -41,6 +41,8 @@ class RoutingStats:
     memory_free_bytes: int
     memory_total_bytes: int
     hosted: frozenset[str] = frozenset()  # models in the host tier (cheap swap-in)
+    replica: str = ""  # this worker's incarnation (a restarted replica reports a new one)
+    swaps: int = 0  # host -> device swap-ins since the worker started (cumulative)
 
     def to_dict(self) -> dict:
         """Plain form for Ray Serve's ``record_routing_stats`` (read by the request router)."""
@@ -52,4 +54,6 @@ class RoutingStats:
             "queue_depth": list(self.queue_depth),
             "memory_free_bytes": self.memory_free_bytes,
             "memory_total_bytes": self.memory_total_bytes,
+            "replica": self.replica,
+            "swaps": self.swaps,
         }

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from router.edge import arrival_s
 from router.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -27,7 +28,6 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
-from router.edge import arrival_s
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
 from router.v2 import (
     HEADER_LENGTH,

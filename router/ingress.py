@@ -22,9 +22,12 @@ from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
+from router._private.pool_totals import SwapTotals
+from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 from router.cache import ResultCache
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
+from router.edge import mount_edge
 from router.errors import (
     Forbidden,
     InvalidRequest,
@@ -32,15 +35,13 @@ from router.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from router.edge import mount_edge
 from router.http import build_http_app
-from router.v2 import model_metadata, route_metadata
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.routes import build_strategy, load_routes
 from router.schemas import ANONYMOUS, InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
-from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
+from router.v2 import model_metadata, route_metadata
 
 __all__ = ["Ingress"]
 
@@ -74,6 +75,7 @@ class Ingress:
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
         self._load: dict[str, list] = {}
+        self._swaps = SwapTotals()  # cumulative swap-ins of every pool replica (swap_thrashing)
         self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
         self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
         if s.prometheus_port is not None:
@@ -134,6 +136,8 @@ class Ingress:
             try:
                 await self.catalog.refresh()
                 self._load = {p: [await c.routing_stats()] for p, c in self._pools.items()}
+                for stats in self._load.values():
+                    self._swaps.observe(stats)
                 self.breakers.poll()
             except Exception as e:  # pools restarting: keep the last view
                 log.warning("catalog refresh failed: %s", e)
@@ -159,7 +163,7 @@ class Ingress:
                         if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}),
-                    failing_channels=channels)
+                    failing_channels=channels, swaps=self._swaps.total())
                 for alert in self._evaluator.evaluate(snap):
                     self._alert(alert.to_dict())
             except Exception:  # alerting never takes serving down

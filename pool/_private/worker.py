@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 
 import torch
@@ -92,6 +93,7 @@ class DeviceWorker:
         self._slice_start = 0.0
         self._last: str | None = None
         self.preemptions = 0
+        self.incarnation = uuid.uuid4().hex[:12]  # tells a restarted replica's counters apart
         self.expired = 0
         self.chunks = 0
         self.inline_chunks = 0
@@ -174,6 +176,8 @@ class DeviceWorker:
             memory_free_bytes=mem.free_bytes,
             memory_total_bytes=mem.capacity_bytes,
             hosted=frozenset(self.tiers.host_keys()),
+            replica=self.incarnation,
+            swaps=self.tiers.stats.swaps,
         )
 
     def status(self) -> dict:

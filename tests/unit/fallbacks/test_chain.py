@@ -19,9 +19,9 @@ from fallbacks.chain import (
     compile_chain,
 )
 from fallbacks.deadline import Deadline
+from fallbacks.pool_throttle import PoolThrottles
 from fallbacks.request import FallbackRequest
 from fallbacks.rules import RuleConfigError
-from fallbacks.pool_throttle import PoolThrottles
 from pool.config import FallbackStep
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
 

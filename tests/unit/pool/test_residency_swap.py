@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from policies.priority import Priority
-from pool._private.residency import Residency
 from pool import ModelKey
+from pool._private.residency import Residency
 from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
 from tests.unit.pool.test_worker_cpu import MODEL_BYTES, config

@@ -5,11 +5,11 @@ import asyncio
 import numpy as np
 import pytest
 
+from policies.priority import Priority
 from pool.errors import DeviceOutOfMemory, ModelNotLoaded, RequestExpired
 from pool.host import ModelHost
 from pool.service import PoolService
 from pool.work import PoolRefusal, PoolReply, PoolWork, unwrap
-from policies.priority import Priority
 
 
 class _Host(ModelHost):

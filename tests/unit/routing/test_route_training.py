@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from policies.routing import make_strategy
 from deploy.routes_cli import calibrate_main, retrain_main
+from policies.routing import make_strategy
 from router.route_training import (
     load_scorer,
     needs_expensive,
