@@ -37,9 +37,10 @@ from policies.priority import Priority, parse_priority
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 
 __all__ = ["ARRIVAL_KEY", "EdgeMiddleware", "EdgeSettings", "EdgeState", "arrival_s",
-           "mount_edge"]
+           "mount_edge", "shed_reason"]
 
 ARRIVAL_KEY = "timeshare.arrival_s"
+SHED_KEY = "timeshare.shed"
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -62,6 +63,11 @@ class EdgeSettings(BaseModel):
         8 << 20, gt=0, description="Largest JSON part (413 before decoding); bigger tensors use "
                                    "the binary tensor extension.")
     max_json_depth: int = Field(32, ge=2, description="Deepest JSON nesting (400 before decoding).")
+    shed_to_fallback: bool = Field(
+        True, description="A shed request goes on to the pipeline marked shed: answered at "
+                          "once by a cache hit or its fallback chain's local steps (rules, "
+                          "default), labelled, else 503 with Retry-After. False: 503 at the "
+                          "edge without decoding.")
     initial_service_s: float = Field(
         0.02, gt=0, description="Seconds per request assumed until the first measurement.")
     ingress_max_ongoing_requests: int = Field(
@@ -75,6 +81,11 @@ class EdgeSettings(BaseModel):
 def arrival_s(scope: Scope) -> float | None:
     """The arrival time the edge stamped on this request's scope (``time.monotonic``)."""
     return scope.get(ARRIVAL_KEY)
+
+
+def shed_reason(scope: Scope) -> str | None:
+    """Why the edge shed this request (it then gets only its cache hit or local fallback)."""
+    return scope.get(SHED_KEY)
 
 
 class EdgeState:
@@ -144,6 +155,18 @@ class _Refused(Exception):
         self.args4 = (status, error, type_, field)
 
 
+def _with_retry_after(send: Send, seconds: int) -> Send:
+    """``send`` that adds ``Retry-After`` to a 503 (a shed request with no fallback)."""
+
+    async def wrapped(msg: Message) -> None:
+        if msg["type"] == "http.response.start" and msg.get("status") == 503:
+            msg = {**msg, "headers": [*msg.get("headers", ()),
+                                      (b"retry-after", str(seconds).encode())]}
+        await send(msg)
+
+    return wrapped
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for k, v in scope.get("headers", ()):
         if k == name:
@@ -194,15 +217,30 @@ class EdgeMiddleware:
                                deadline_s=self._deadline_s(scope, body), config=cfg)
         if not decision.admit:
             self.state.count(f"shed:{priority.label}")
-            await _respond(send, decision.status,
-                           f"{decision.reason}: predicted queue delay "
-                           f"{decision.predicted_delay_s * 1e3:.0f} ms; retry later",
-                           "Overloaded", "priority", decision.retry_after_s)
+            why = (f"{decision.reason}: predicted queue delay "
+                   f"{decision.predicted_delay_s * 1e3:.0f} ms")
+            if not self.settings.shed_to_fallback:
+                await _respond(send, decision.status, f"{why}; retry later", "Overloaded",
+                               "priority", decision.retry_after_s)
+                return
+            scope[SHED_KEY] = f"shed at the edge: {why}"
+            await self._app(scope, body, receive,
+                            _with_retry_after(send, decision.retry_after_s), arrived)
             return
         await self._forward(scope, receive, send, body, priority, arrived)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes,
                        priority: Priority, arrived: float) -> None:
+        started = self.clock()
+        self.state.started(priority)
+        try:
+            await self._app(scope, body, receive, send, arrived)
+        finally:
+            self.state.finished(priority, started)
+
+    async def _app(self, scope: Scope, body: bytes, receive: Receive, send: Send,
+                   arrived: float) -> None:
+        """The app, with the body already read replayed to it."""
         replayed = False
 
         async def replay() -> Message:
@@ -219,12 +257,7 @@ class EdgeMiddleware:
                 msg = {**msg, "headers": [*msg.get("headers", ()), (b"server-timing", dur)]}
             await send(msg)
 
-        started = self.clock()
-        self.state.started(priority)
-        try:
-            await self.app(scope, replay, timed)
-        finally:
-            self.state.finished(priority, started)
+        await self.app(scope, replay, timed)
 
     def _priority(self, scope: Scope, body: bytes) -> Priority:
         raw = _header(scope, b"timeshare-priority") or _header(scope, b"x-priority")

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from router.edge import arrival_s
+from router.edge import arrival_s, shed_reason
 from router.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -253,6 +253,7 @@ async def _decode(front: Frontend, name: str, version: str | None, request: Requ
         _check_json_only(decoded)
     req = request_from_v2(name, version, decoded, caller_key=_presented_key(request))
     req.arrival_s = arrival_s(request.scope)  # edge hook (#14): the deadline runs from arrival
+    req.shed_reason = shed_reason(request.scope)
     return decoded, req
 
 

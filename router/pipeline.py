@@ -214,7 +214,7 @@ class Pipeline:
     async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: str,
                          deadline: Deadline) -> _Answer:
         assert work.config is not None
-        shed = self._admission(pool, req.priority, deadline)
+        shed = req.shed_reason or self._admission(pool, req.priority, deadline)
         freq = RoutedRequest(model=work.model, inputs=work.inputs, version=work.version,
                              text=req.text, priority=req.priority, caller=req.caller,
                              request_id=req.request_id, work=work)
@@ -223,7 +223,8 @@ class Pipeline:
         try:
             res = await self.runner.run(
                 freq, deadline=deadline, chain=self.catalog.chain(work.model),
-                primary=None if shed else Target(work.model, work.version, pool), reason=shed)
+                primary=None if shed else Target(work.model, work.version, pool), reason=shed,
+                local_only=req.shed_reason is not None)  # shed at the edge: no pool at all
         finally:
             self._in_flight[key] -= 1
         reply, timings = res.reply, None

@@ -84,6 +84,10 @@ class InferenceRequest(BaseModel):
     # deadline runs from here, so queues in front of the pipeline count against it.
     arrival_s: SkipJsonSchema[float | None] = Field(
         None, exclude=True, description="time.monotonic() at arrival (set by Timeshare).")
+    # Set by the HTTP edge when overload shed this request: it gets only a cache hit or its
+    # local fallback steps, labelled with this reason (a caller setting it only sheds itself).
+    shed_reason: SkipJsonSchema[str | None] = Field(
+        None, exclude=True, description="Why the edge shed it (set by Timeshare).")
 
     @field_validator("priority", mode="before")
     @classmethod

@@ -10,7 +10,7 @@ import pytest
 
 from policies.edge import EdgeConfig
 from policies.priority import Priority
-from router.edge import ARRIVAL_KEY, EdgeMiddleware, EdgeSettings
+from router.edge import ARRIVAL_KEY, SHED_KEY, EdgeMiddleware, EdgeSettings
 
 PATH = "/v2/models/m/infer"
 
@@ -85,9 +85,12 @@ async def test_admitted_request_sees_the_whole_body_and_its_arrival_time() -> No
     assert sum(mw.state.in_flight.values()) == 0
 
 
+TIGHT = {"max_queue_delay_s": {
+    "realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}}
+
+
 async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -> None:
-    mw, app, _ = _mw(initial_service_s=0.02, admission={"max_queue_delay_s": {
-        "realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}})
+    mw, app, _ = _mw(initial_service_s=0.02, admission=TIGHT, shed_to_fallback=False)
     app.hold.clear()
     held = [asyncio.create_task(_call(mw, _scope(None, {"Timeshare-Priority": "interactive"}),
                                       [b"{}"])) for _ in range(4)]
@@ -166,3 +169,45 @@ def test_service_time_is_measured_from_completions() -> None:
     # two batch admissions at t=100.0 (tau 1 s), seen 30 ms later
     assert st.snapshot().admitted_rate[Priority.BATCH] == pytest.approx(2 * math.exp(-0.03))
     assert st.snapshot().admitted_rate[Priority.REALTIME] == 0.0
+
+
+class FallbackApp(App):
+    """A shed request (SHED_KEY on its scope) is answered at once: 200 (its fallback) or 503
+    (none); admitted ones wait on ``hold`` like App's."""
+
+    def __init__(self, shed_status: int) -> None:
+        super().__init__()
+        self.shed_status = shed_status
+
+    async def __call__(self, scope, receive, send) -> None:
+        if SHED_KEY not in scope:
+            await super().__call__(scope, receive, send)
+            return
+        msg = await receive()
+        self.seen.append((scope, msg["body"]))
+        await send({"type": "http.response.start", "status": self.shed_status, "headers": []})
+        await send({"type": "http.response.body", "body": b"fallback"})
+
+
+@pytest.mark.parametrize("shed_status, retry_after", [(200, None), (503, b"1")])
+async def test_a_shed_request_goes_on_to_its_fallback_without_occupying_the_backend(
+        shed_status, retry_after) -> None:
+    clock = Clock()
+    app = FallbackApp(shed_status)
+    mw = EdgeMiddleware(app, settings=EdgeSettings(initial_service_s=0.02,
+                                                   admission=EdgeConfig(**TIGHT)),
+                        max_body_bytes=1000, default_deadline_ms=500, clock=clock)
+    app.hold.clear()
+    held = [asyncio.create_task(_call(mw, _scope(None, {"Timeshare-Priority": "interactive"}),
+                                      [b"{}"])) for _ in range(4)]
+    await asyncio.sleep(0.01)
+    body = b'{"parameters": {"priority": "batch"}, "inputs": []}'
+    status, headers, payload = await _call(mw, _scope(len(body)), [body])
+    assert (status, headers.get(b"retry-after"), payload) == (shed_status, retry_after,
+                                                               b"fallback")
+    scope, seen_body = app.seen[-1]
+    assert scope[SHED_KEY].startswith("shed at the edge: overload:batch") and seen_body == body
+    assert mw.state.in_flight[Priority.BATCH] == 0  # never counted as backend work
+    assert mw.state.counts == {"shed:batch": 1}
+    app.hold.set()
+    assert [s for s, _, _ in await asyncio.gather(*held)] == [200] * 4
