@@ -280,7 +280,8 @@ class Alerter:
     async def send_test(
         self, severity: Severity | str, *, timeout: float = 30.0
     ) -> list[DeliveryResult]:
-        """Send a test notification through the configured route now; return each channel's answer."""
+        """Send a test notification through the configured route now; return each channel's
+        answer."""
         sev = parse_severity(severity)
         now = self._clock()
         alert = self._apply_policy(

@@ -90,7 +90,8 @@ class SlackChannel(Channel):
 
 
 class FeishuChannel(Channel):
-    """Feishu/Lark custom bot; signs with ``timestamp`` (seconds) and ``sign`` when a secret is set."""
+    """Feishu/Lark custom bot; signs with ``timestamp`` (seconds) and ``sign`` when a secret is
+    set."""
 
     kind = "feishu"
     _RATE_LIMITED: ClassVar[frozenset[int]] = frozenset({9499, 11232})

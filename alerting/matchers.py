@@ -1,4 +1,5 @@
-"""Label matchers in Alertmanager's syntax: ``name="v"``, ``name!="v"``, ``name=~"re"``, ``name!~"re"``.
+"""Label matchers in Alertmanager's syntax: ``name="v"``, ``name!="v"``, ``name=~"re"``,
+``name!~"re"``.
 
 Regexes are fully anchored, as in Alertmanager. Quotes around the value are optional.
 """

@@ -31,7 +31,8 @@ class RuleSettings(_Strict):
 
 
 class BurnWindow(_Strict):
-    """Multi-window burn-rate pair (Google SRE workbook): both windows must burn faster than ``burn_rate``."""
+    """Multi-window burn-rate pair (Google SRE workbook): both windows must burn faster than
+    ``burn_rate``."""
 
     long: Duration = Field(..., gt=0, description="Long window, e.g. 1h.")
     short: Duration = Field(
@@ -95,7 +96,8 @@ class RulesConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _merge_defaults(cls, data: Any) -> Any:
-        """A partial rule block (``error_rate: {for: 5m}``) keeps the other defaults of that rule."""
+        """A partial rule block (``error_rate: {for: 5m}``) keeps the other defaults of that
+        rule."""
         if not isinstance(data, dict):
             return data
         merged = dict(data)

@@ -31,7 +31,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-__all__ = ["DEVICE_MODEL", "HANG", "PATH", "Server", "free_port", "infer_body", "make_device_model", "serve"]
+__all__ = ["DEVICE_MODEL", "HANG", "PATH", "Server", "free_port", "infer_body", "make_device_model",
+           "serve"]
 
 DEVICE_MODEL = "device-bound"
 HANG = -1000.0  # deploy.chaos's control value: this row holds the device for hang_s

@@ -302,7 +302,7 @@ async def _pipeline_latencies(net, redis_url: str | None, n: int) -> dict:
 
             async def sample(tier: str, prepare=None) -> dict:
                 times = []
-                for i in range(n):
+                for _ in range(n):
                     x = rng.random((1, 64), dtype=np.float32)
                     if tier != "model_call":
                         await pipe.infer(req(x))  # fill

@@ -12,7 +12,8 @@ CNN applied N times, logits averaged, so answers keep digits-large's accuracy wh
 costs N times the compute): a stand-in for a model whose device time is N times larger.
 
 For each scenario (no spill; spill to the CPU pool; spill to the cheap model ``digits-small`` on
-the CPU pool; CPU pool unless it would miss too, then the cheap model) fresh workers receive the same open-loop Poisson arrival schedule at ``load`` x the
+the CPU pool; CPU pool unless it would miss too, then the cheap model) fresh workers receive
+the same open-loop Poisson arrival schedule at ``load`` x the
 measured GPU capacity. Each request asks ``policies.spill.decide_spill`` (hysteresis state
 carried from request to request) for gpu / cpu / cheap, then waits for its answer. Every request
 gets exactly one answer: a model result or a typed error (deadline expired in queue). Reported:
@@ -238,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="arrival period per scenario")
     ap.add_argument("--load", type=float, default=3.0, help="offered load / GPU capacity")
     ap.add_argument("--deadline-ms", type=float, default=400.0)
-    ap.add_argument("--ensemble", type=int, default=16, help="compute multiplier of the heavy model")
+    ap.add_argument("--ensemble", type=int, default=16,
+                    help="compute multiplier of the heavy model")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

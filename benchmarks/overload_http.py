@@ -188,7 +188,8 @@ def main() -> None:
               for k in edge["levels"]}
     emit({
         "benchmark": "overload_http",
-        "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES, "deadline_ms": args.deadline_ms, "mix": MIX,
+        "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES,
+                  "deadline_ms": args.deadline_ms, "mix": MIX,
                   "seconds_per_level": args.seconds, "levels": list(LEVELS),
                   "server": "router.ingress.Ingress under uvicorn, in-process CPU pool; "
                             "Ray Serve's proxy not in the path",

@@ -104,7 +104,8 @@ async def _phase(args, scheduler: str, rt: bool, bg: bool) -> dict:
 
     chunks0 = worker.chunks
     start = time.perf_counter()
-    jobs = ([rt_load()] if rt else []) + ([bg_client() for _ in range(args.bg_clients)] if bg else [])
+    jobs = (([rt_load()] if rt else [])
+            + ([bg_client() for _ in range(args.bg_clients)] if bg else []))
     await asyncio.gather(*jobs)
     elapsed = min(time.perf_counter(), stop) - start
     status = worker.status()

@@ -198,7 +198,8 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
                   "outcome_rows_needing_expensive": int(
                       ((outcomes.cheap_logits.argmax(1) != outcomes.labels)
                        & (outcomes.expensive_logits.argmax(1) == outcomes.labels)).sum())},
-        "models": {CHEAP: {"test_accuracy": round(cheap_acc, 4), "ms_per_request": round(ms_cheap, 4)},
+        "models": {CHEAP: {"test_accuracy": round(cheap_acc, 4),
+                           "ms_per_request": round(ms_cheap, 4)},
                    EXPENSIVE: {"test_accuracy": round(exp_acc, 4),
                                "ms_per_request": round(ms_exp, 4)}},
         "routers": routers,
@@ -206,7 +207,8 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
         "cascade_compute_vs_expensive_only": round(
             (ms_cheap + casc["expensive_share"] * ms_exp) / ms_exp, 4),
         "target": {
-            "rule": f"cascade within 0.3 points of {EXPENSIVE} with <= {target_share:.0%} escalated",
+            "rule": f"cascade within 0.3 points of {EXPENSIVE} "
+                    f"with <= {target_share:.0%} escalated",
             "accuracy_gap_points": round((exp_acc - casc["accuracy"]) * 100, 2) + 0.0,
             "within_0.3_points": within, "escalated_within_share": escalated_ok,
             "met": within and escalated_ok,

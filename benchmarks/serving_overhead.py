@@ -6,7 +6,8 @@ and through a bare Ray Serve deployment of the same model, side by side in one r
 One Ray instance (``num_cpus=4``) holds four Serve apps: ``timeshare`` (the real app from
 ``router.app.build_app`` over a temporary model repository, default settings: with no GPU the CPU
 pool runs inside the ingress replica, one Serve hop), ``timeshare-pool-deployment`` (the same with
-``cpu_pool.placement: deployment``, as when GPUs exist: ingress -> pool, two hops), ``bare`` (a minimal
+``cpu_pool.placement: deployment``, as when GPUs exist: ingress -> pool, two hops), ``bare``
+(a minimal
 ``@serve.deployment`` that ``torch.jit.load``s the same ``model.pt`` and runs it on a numpy array)
 and ``bare-chain`` (the same bare model behind a bare forwarding deployment: two Serve hops, like
 Timeshare's ingress -> pool). The repository holds the model as the demo builder configured it

@@ -93,7 +93,8 @@ def _status(args: argparse.Namespace) -> int:
     hits = {t: counters.get(f"{t}.hit", 0) for t in ("memory", "redis", "semantic")}
     looked = sum(hits.values()) + counters.get("compute", 0)
     rates = ", ".join(f"{t} {h / looked:.0%}" for t, h in hits.items()) if looked else "no lookups"
-    print(f"cache hit rate: {rates} (redis available: {data.get('cache', {}).get('redis_available')})")
+    redis_ok = data.get("cache", {}).get("redis_available")
+    print(f"cache hit rate: {rates} (redis available: {redis_ok})")
     alerts = data.get("alerts")
     if isinstance(alerts, dict):
         print(f"open alerts: {alerts.get('firing', '?')} firing of {alerts.get('alerts', '?')} "

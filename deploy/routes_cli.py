@@ -101,7 +101,8 @@ def calibrate_main(argv: Sequence[str] | None = None, *, loader: Loader = _torch
         write_threshold(args.routes, cfg.name, cal.threshold)
     print(json.dumps({
         "route": cfg.name, "threshold": cal.threshold, "calibration_share": cal.share,
-        "calibration_accuracy": cal.accuracy, "cheap_accuracy": float((cheap.argmax(1) == y).mean()),
+        "calibration_accuracy": cal.accuracy,
+        "cheap_accuracy": float((cheap.argmax(1) == y).mean()),
         "expensive_accuracy": float((exp.argmax(1) == y).mean()), "met": cal.met, "n": cal.n,
         "written": bool(not args.dry_run and cal.met), "routes_file": args.routes,
     }))

@@ -83,7 +83,7 @@ def read_redis(url: str, *, stream: str = DEFAULT_STREAM, since_ts: float = 0.0,
     start = f"{max(int(since_ts * 1000) - 60_000, 0)}-0"  # a minute of slack for clock skew
     while True:
         page = r.xrange(stream, min=start, max="+", count=_PAGE)  # type: ignore[attr-defined]
-        for entry_id, fields in page:
+        for _entry_id, fields in page:
             rec = CallRecord.from_dict({k.decode(): v.decode() for k, v in fields.items()})
             if rec.ts >= since_ts:
                 yield rec
@@ -130,12 +130,12 @@ def format_table(rows: list[UsageRow], by: tuple[str, ...]) -> str:
     total_s = sum(r.device_s for r in rows)
     body.append(["TOTAL", *[""] * (len(by) - 1), str(n), f"{total_s:.3f}",
                  "100.0%" if rows else "–", "", ""])
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
     numeric = len(by)
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.ljust(w) if i < numeric else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=False))).rstrip()
 
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.tim
         print(f"warning: ... and {len(bad) - 5} more malformed lines", file=sys.stderr)
     rows = aggregate(records, by)
     if args.json:
-        print(json.dumps([{**dict(zip(by, r.key)), "requests": r.requests,
+        print(json.dumps([{**dict(zip(by, r.key, strict=True)), "requests": r.requests,
                            "device_s": r.device_s, "share": r.share, "degraded": r.degraded,
                            "cache_hits": r.cache_hits} for r in rows], indent=2))
     else:

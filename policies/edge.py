@@ -11,7 +11,8 @@ those alone it decides, in microseconds, whether to let a request through:
   Its predicted queue delay is that count times the service time, divided by the share of the
   backend the more urgent classes leave free (``1 - sigma``, sigma = their admitted rate times the
   service time: the M/G/1 priority-queue waiting-time factor), so when realtime alone fills the
-  backend, interactive is shed rather than realtime. A class is shed once its predicted delay passes its ceiling (``max_queue_delay_s``), or
+  backend, interactive is shed rather than realtime. A class is shed once its predicted delay
+  passes its ceiling (``max_queue_delay_s``), or
   once the total in flight passes its share of ``max_in_flight``. Less urgent classes count more
   work ahead of them and have lower ceilings, so batch is shed before interactive, and
   interactive before realtime.

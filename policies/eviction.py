@@ -121,8 +121,10 @@ class PriorityLruEviction(EvictionPolicy):
         self.recency_bucket_s = recency_bucket_s
 
     def sort_key(self, view: ResidentView, request: EvictionRequest) -> tuple:
-        cls = view.priority if view.queued_priority is None else min(view.priority, view.queued_priority)
-        return (-int(cls), int(view.last_used // self.recency_bucket_s), view.reload_cost_s, view.key)
+        cls = (view.priority if view.queued_priority is None
+               else min(view.priority, view.queued_priority))
+        return (-int(cls), int(view.last_used // self.recency_bucket_s), view.reload_cost_s,
+                view.key)
 
 
 class LruEviction(EvictionPolicy):

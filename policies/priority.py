@@ -11,7 +11,8 @@ __all__ = ["Priority", "parse_priority"]
 
 
 class Priority(enum.IntEnum):
-    """Priority classes, most urgent first: realtime > interactive (default) > batch > background."""
+    """Priority classes, most urgent first: realtime > interactive (default) > batch >
+    background."""
 
     REALTIME = 0
     INTERACTIVE = 1

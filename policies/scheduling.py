@@ -126,7 +126,8 @@ class SchedulingPolicy(ABC):
         """The model to serve (given the model of the best-ranked request) and why."""
 
     @abstractmethod
-    def chunk_rows(self, snap: SchedulerSnapshot, model: ModelView, rows: int, cls: Priority) -> int:
+    def chunk_rows(self, snap: SchedulerSnapshot, model: ModelView, rows: int,
+                   cls: Priority) -> int:
         """How many of the batch's ``rows`` run before the next decision; ``cls`` is the own
         (not aged) class of the request at the head of the batch."""
 

@@ -70,7 +70,8 @@ class CacheConfig(BaseModel):
 
     mode: Literal["none", "exact", "semantic"] = Field("exact", description="Cache mode.")
     ttl_s: float = Field(300.0, gt=0, description="Time to live of a cached answer.")
-    max_value_bytes: int = Field(1 << 20, gt=0, description="Answers larger than this are not cached.")
+    max_value_bytes: int = Field(1 << 20, gt=0,
+                                 description="Answers larger than this are not cached.")
     similarity_threshold: float | None = Field(
         None, ge=0, le=1, description="Semantic tier threshold; the app default when omitted."
     )
@@ -108,7 +109,8 @@ class ModelConfig(BaseModel):
     inputs: tuple[TensorSpec, ...] = Field(..., min_length=1, description="Input tensors.")
     outputs: tuple[TensorSpec, ...] = Field(..., min_length=1, description="Output tensors.")
     max_batch_size: int = Field(32, ge=1, le=65536, description="Largest batch run at once.")
-    batch_wait_ms: float = Field(2.0, ge=0, le=10_000, description="How long to wait to fill a batch.")
+    batch_wait_ms: float = Field(2.0, ge=0, le=10_000,
+                                 description="How long to wait to fill a batch.")
     priority: Priority = Field(Priority.INTERACTIVE, description="Default priority class.")
     device: Literal["gpu", "cpu", "any"] = Field("any", description="Where the model may run.")
     deadline_ms: float | None = Field(None, gt=0, description="Default deadline for its requests.")

@@ -162,7 +162,8 @@ class ModelHost:
         self._index = index  # rebuilt whole, then assigned
 
     def _emit(self, event: HostEvent) -> None:
-        log.log(logging.WARNING if "fail" in event.kind or "invalid" in event.kind else logging.INFO,
+        failed = "fail" in event.kind or "invalid" in event.kind
+        log.log(logging.WARNING if failed else logging.INFO,
                 "%s %s@%s: %s", event.kind, event.model, event.version, event.detail)
         try:
             self._on_event(event)
@@ -201,7 +202,8 @@ class ModelHost:
             "models": {
                 name: {
                     "default_version": e.default_version,
-                    "versions": {v: {"state": s.state, "reason": s.reason} for v, s in e.versions.items()},
+                    "versions": {v: {"state": s.state, "reason": s.reason}
+                                 for v, s in e.versions.items()},
                     **({"error": e.error} if e.error else {}),
                 }
                 for name, e in sorted(self._index.items())

@@ -127,7 +127,8 @@ class ModelRepository:
                 continue  # not (yet) a version
             if now - st.st_mtime < self.settle_s:
                 continue  # still being written
-            versions.append(VersionEntry(config.name, vdir.name, vdir, (st.st_mtime_ns, st.st_size)))
+            versions.append(VersionEntry(config.name, vdir.name, vdir,
+                                         (st.st_mtime_ns, st.st_size)))
         versions.sort(key=lambda v: version_order(v.version))
         return ModelEntry(config.name, config, None, tuple(versions))
 

@@ -98,7 +98,8 @@ class ModelCatalog:
             raise ModelNotFound(f"model: {model!r} failed to load ({entry.error})", field="model")
         if entry is None or entry.config is None:
             known = ", ".join(sorted(n for n, e in self._index.items() if e.ready)) or "none"
-            raise ModelNotFound(f"model: unknown model {model!r}; available: {known}", field="model")
+            raise ModelNotFound(f"model: unknown model {model!r}; available: {known}",
+                                field="model")
         if version is None:
             if entry.default_version is None:
                 raise ModelNotFound(
@@ -107,7 +108,8 @@ class ModelCatalog:
             return entry, entry.default_version
         state = entry.versions.get(version)
         if state is None or state.state != "ready":
-            ready = sorted((v for v, s in entry.versions.items() if s.state == "ready"), key=version_order)
+            ready = sorted((v for v, s in entry.versions.items() if s.state == "ready"),
+                           key=version_order)
             why = f" ({state.state}: {state.reason})" if state else ""
             raise ModelNotFound(
                 f"version: {model!r} has no ready version {version!r}{why}; ready: {ready}",

@@ -39,7 +39,8 @@ class TimeshareClient:
         except RayTaskError as e:
             raise _unwrap(e) from None
 
-    async def infer_async(self, model: str, inputs: dict[str, Any], **fields: Any) -> InferenceResponse:
+    async def infer_async(self, model: str, inputs: dict[str, Any],
+                          **fields: Any) -> InferenceResponse:
         """Awaitable call (from inside another deployment)."""
         try:
             return await self._handle.infer.remote(self.request(model, inputs, **fields))

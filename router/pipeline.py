@@ -141,8 +141,8 @@ class Pipeline:
             self._record(request, resp, None, start)
             return resp
         last = None
-        async for last in self.stream(request):
-            pass
+        async for resp in self.stream(request):
+            last = resp
         assert last is not None
         return last
 
@@ -182,7 +182,8 @@ class Pipeline:
         wall = self._wall()
         work = PoolWork(model, version, valid, req.priority,
                         deadline_at=wall + deadline.remaining(),
-                        arrived_at=wall - (now - (start if req.arrival_s is None else req.arrival_s)),
+                        arrived_at=wall - (now - (start if req.arrival_s is None
+                                                  else req.arrival_s)),
                         caller=req.caller, request_id=req.request_id, config=cfg)
 
         async def compute() -> tuple[_Answer, bool]:

@@ -144,7 +144,8 @@ def needs_expensive(cheap_logits: np.ndarray, expensive_logits: np.ndarray,
     return (c != labels) & (e == labels)
 
 
-def _fit_logistic(x: np.ndarray, y: np.ndarray, c: float, *, iters: int = 50) -> tuple[np.ndarray, float]:
+def _fit_logistic(x: np.ndarray, y: np.ndarray, c: float, *,
+                  iters: int = 50) -> tuple[np.ndarray, float]:
     """L2 logistic regression by Newton's method, classes balanced (sklearn's objective:
     ``c * weighted log-loss + ||w||^2 / 2``, intercept unpenalised). ``iters`` bounds the loop."""
     n, d = x.shape

@@ -62,7 +62,8 @@ class InferenceRequest(BaseModel):
 
     model: str = Field(..., min_length=1, description="Model or route name.")
     version: str | None = Field(None, description="Model version; default version when omitted.")
-    inputs: dict[str, Any] = Field(..., description="Input tensors by name (numpy, torch or lists).")
+    inputs: dict[str, Any] = Field(...,
+                                   description="Input tensors by name (numpy, torch or lists).")
     text: str | None = Field(
         None, description="Optional raw text, used only by the semantic cache and rule fallbacks."
     )

@@ -71,7 +71,8 @@ class AppSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     repository: str = Field(..., description="Model repository folder.")
-    state_dir: str | None = Field(None, description="State folder; default <repository>/.timeshare.")
+    state_dir: str | None = Field(None,
+                                  description="State folder; default <repository>/.timeshare.")
     environment: Literal["test", "staging", "prod"] = Field("test", description="Overlay name.")
     api_key: str | None = Field(
         None, description="Operator key for /v2/repository/* and /v2/status (401 without it).")

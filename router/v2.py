@@ -183,13 +183,15 @@ def encode_infer_response(
     if wanted is not None:
         missing = sorted(set(wanted) - set(response.outputs))
         if missing:
-            raise _bad(f"unknown output; available {sorted(response.outputs)}", f"outputs.{missing[0]}")
+            raise _bad(f"unknown output; available {sorted(response.outputs)}",
+                       f"outputs.{missing[0]}")
     outs, blobs = [], []
     for name, value in response.outputs.items():
         if wanted is not None and name not in wanted:
             continue
         arr = np.ascontiguousarray(value)
-        entry: dict[str, Any] = {"name": name, "datatype": _wire_dtype(arr), "shape": list(arr.shape)}
+        entry: dict[str, Any] = {"name": name, "datatype": _wire_dtype(arr),
+                                 "shape": list(arr.shape)}
         if (wanted[name] if wanted is not None else decoded.binary_all):
             blob = arr.tobytes()
             entry["parameters"] = {"binary_data_size": len(blob)}
@@ -241,9 +243,12 @@ def model_metadata(config: ModelConfig, versions: list[str]) -> dict[str, Any]:
     return {
         "name": config.name,
         "versions": versions,
-        "platform": "pytorch_torchscript" if config.format == "torchscript" else "pytorch_safetensors",
-        "inputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.inputs],
-        "outputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]} for t in config.outputs],
+        "platform": ("pytorch_torchscript" if config.format == "torchscript"
+                     else "pytorch_safetensors"),
+        "inputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]}
+                   for t in config.inputs],
+        "outputs": [{"name": t.name, "datatype": t.dtype, "shape": [-1, *t.shape]}
+                    for t in config.outputs],
     }
 
 

@@ -15,7 +15,9 @@ __all__ = ["cast_checked", "validate_inputs"]
 
 
 def _fmt_shape(dims: tuple[int, ...]) -> str:
-    return "[batch, " + ", ".join("*" if d == -1 else str(d) for d in dims) + "]" if dims else "[batch]"
+    if not dims:
+        return "[batch]"
+    return "[batch, " + ", ".join("*" if d == -1 else str(d) for d in dims) + "]"
 
 
 def cast_checked(arr: np.ndarray, want: np.dtype, field: str, wire: str) -> np.ndarray:
@@ -78,11 +80,12 @@ def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[
         arr = cast_checked(arr, np.dtype(spec.numpy_dtype), field, spec.dtype)
         if arr.ndim != len(spec.shape) + 1:
             raise InvalidRequest(
-                f"{field}: expected rank {len(spec.shape) + 1} with shape {_fmt_shape(spec.shape)}, "
+                f"{field}: expected rank {len(spec.shape) + 1} "
+                f"with shape {_fmt_shape(spec.shape)}, "
                 f"got shape {list(arr.shape)}",
                 field=field,
             )
-        for want_d, got_d in zip(spec.shape, arr.shape[1:]):
+        for want_d, got_d in zip(spec.shape, arr.shape[1:], strict=True):
             if want_d != -1 and want_d != got_d:
                 raise InvalidRequest(
                     f"{field}: expected shape {_fmt_shape(spec.shape)}, got {list(arr.shape)}",

@@ -82,7 +82,8 @@ class RatioRule(Rule):
                         self.s.severity,
                         {"model": model},
                         {
-                            "summary": f"{self.what} share {share:.1%} over {_fmt_window(self.s.window)} for model "
+                            "summary": f"{self.what} share {share:.1%} over "
+                            f"{_fmt_window(self.s.window)} for model "
                             f"{model} (threshold {self.s.threshold:.1%})",
                         },
                     )
@@ -125,8 +126,9 @@ class LatencyBurnRule(Rule):
                             w.severity,
                             {"model": model},
                             {
-                                "summary": f"model {model} burns its latency budget {long_burn:.1f}x over "
-                                f"{_fmt_window(w.long)} and {short_burn:.1f}x over {_fmt_window(w.short)}",
+                                "summary": f"model {model} burns its latency budget "
+                                f"{long_burn:.1f}x over {_fmt_window(w.long)} and "
+                                f"{short_burn:.1f}x over {_fmt_window(w.short)}",
                             },
                         )
                     )
@@ -188,7 +190,8 @@ class MemoryPressureRule(Rule):
                 self.s.severity,
                 {"device": d},
                 {
-                    "summary": f"device {d} memory {used:.0%} used (threshold {self.s.threshold:.0%})"
+                    "summary": f"device {d} memory {used:.0%} used "
+                    f"(threshold {self.s.threshold:.0%})"
                 },
             )
             for d, used in sorted(history[-1].device_memory_used.items())

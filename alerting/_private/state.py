@@ -36,7 +36,8 @@ class MemoryStore:
 
 
 class RedisStore:
-    """Notification log in Redis. Raises redis/OS errors to the caller, which decides to fall back."""
+    """Notification log in Redis. Raises redis/OS errors to the caller, which decides to fall
+    back."""
 
     kind = "redis"
 

@@ -23,7 +23,8 @@ from pool.device import DeviceSpec
 __all__ = ["CUDA_RESERVE", "config", "run_checks"]
 
 I = Priority.INTERACTIVE
-CUDA_RESERVE = 2 << 30  # the suite's activation reserve on CUDA; NVML and torch must agree within it
+# the suite's activation reserve on CUDA; NVML and torch must agree within it
+CUDA_RESERVE = 2 << 30
 
 
 def config(name: str, width: int) -> ModelConfig:

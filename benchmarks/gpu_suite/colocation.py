@@ -76,7 +76,7 @@ async def _timeshare(env: Env, s: _Setup) -> dict:
     w = DeviceWorker(DeviceSpec(kind=env.kind, memory_budget_bytes=s.budget))
     keys = [ModelKey(f"m{i:03d}", "1") for i in range(p.models)]
     try:
-        for key, m in zip(keys, s.models):
+        for key, m in zip(keys, s.models, strict=True):
             await w.add_model(key, config(key.name, p.width), lambda m=m: copy.deepcopy(m))
         st0 = w.status()  # add_model swapped in what fits: count the trace's swaps only
         res = await drive(s.trace, lambda i, xx, dl: w.infer(keys[i], {"x": xx}, deadline=dl),
@@ -116,7 +116,7 @@ async def run_colocation(env: Env) -> dict:
     arms: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="gpu_suite_colo_") as tmp:
         paths = [str(Path(tmp) / f"m{i:03d}.pt") for i in range(p.models)]
-        for path, m in zip(paths, models):
+        for path, m in zip(paths, models, strict=True):
             torch.save(m.state_dict(), path)
         host_state = [{n: t.detach().clone() for n, t in m.state_dict().items()} for m in models]
         log("colocation arm: timeshare")

@@ -138,4 +138,4 @@ def make_trace(n_models: int, rate: float, seconds: float, weights: list[float],
     times = np.cumsum(rng.exponential(1.0 / rate, int(rate * seconds * 1.5) + 10))
     times = times[times < seconds]
     models = rng.choice(n_models, size=len(times), p=np.array(weights))
-    return [(float(t), int(m)) for t, m in zip(times, models)]
+    return [(float(t), int(m)) for t, m in zip(times, models, strict=True)]

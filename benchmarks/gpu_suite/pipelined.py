@@ -46,7 +46,8 @@ def _forward(env: Env, tiers: Residency, module: nn.Module, x: torch.Tensor) -> 
         return y
 
 
-def swap_then_run(env: Env, tiers: Residency, key: str, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+def swap_then_run(env: Env, tiers: Residency, key: str,
+                  x: torch.Tensor) -> tuple[float, torch.Tensor]:
     t0 = time.perf_counter()
     swap = tiers.reserve(key, I, {})
     assert swap is not None

@@ -75,7 +75,8 @@ async def run_swap(env: Env) -> dict:
         env.free_cache()
         raw = await asyncio.to_thread(raw_copy_gbps, n, env.kind, rounds)
         env.free_cache()
-        row: dict[str, object] = {"model_bytes": n, "rounds": rounds, "swap_in_gbps": round(swap, 3),
+        row: dict[str, object] = {"model_bytes": n, "rounds": rounds,
+               "swap_in_gbps": round(swap, 3),
                "raw_copy_gbps": round(raw, 3), "swap_over_raw": round(swap / raw, 3)}
         if env.cuda:
             to_dev = to_device_gbps(env, nbytes, width, rounds)

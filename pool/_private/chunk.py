@@ -195,4 +195,4 @@ def name_outputs(config: ModelConfig, raw) -> dict[str, torch.Tensor]:
         return {n: raw[n] for n in names}
     if len(raw) != len(names):
         raise ValueError(f"model returned {len(raw)} outputs, config declares {names}")
-    return dict(zip(names, raw))
+    return dict(zip(names, raw, strict=True))

@@ -46,7 +46,8 @@ class MemoryManager:
     ) -> None:
         if reserve_bytes < 0 or reserve_bytes >= memory.capacity_bytes:
             raise ValueError(
-                f"reserve_bytes must be in [0, capacity={memory.capacity_bytes}), got {reserve_bytes}"
+                f"reserve_bytes must be in [0, capacity={memory.capacity_bytes}), "
+                f"got {reserve_bytes}"
             )
         self.memory = memory
         self.reserve_bytes = reserve_bytes
@@ -152,7 +153,8 @@ class MemoryManager:
     def evict_idle(self, evict: Callable[[str], None], *, keep: str | None = None) -> int:
         """Evict every resident that is not running, pinned or ``keep``; returns how many."""
         victims = [
-            k for k in self._resident if k != keep and k not in self._running and k not in self._pinned
+            k for k in self._resident
+            if k != keep and k not in self._running and k not in self._pinned
         ]
         for k in victims:
             self._evict(k, evict)

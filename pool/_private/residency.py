@@ -180,7 +180,8 @@ class Residency:
         return key not in self._inflight and (
             self.memory.is_resident(key) or self._models[key].packed is not None)
 
-    def reserve(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> SwapIn | None:
+    def reserve(self, key: str, priority: Priority,
+                queued: Mapping[str, Priority]) -> SwapIn | None:
         """The synchronous half of a swap-in from the host tier: evict, reserve the region, pin.
 
         Returns None when ``key`` is already resident. Raises DeviceOutOfMemory when it cannot be

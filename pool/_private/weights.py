@@ -67,7 +67,7 @@ def pack(module: nn.Module, *, pin: bool = False) -> PackedModel:
     host = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
     packed = PackedModel(module, tuple(tensors), tuple(slots), total, host)
     with torch.no_grad():
-        for t, view in zip(tensors, views(packed, host)):
+        for t, view in zip(tensors, views(packed, host), strict=True):
             view.copy_(t.detach().to("cpu"))
     bind(packed, host)
     return packed
@@ -87,5 +87,5 @@ def bind(packed: PackedModel, flat: torch.Tensor) -> None:
     """Point every weight of the module at its view in ``flat`` (no copy)."""
     if flat.numel() < packed.nbytes:
         raise ValueError(f"buffer of {flat.numel()} bytes is smaller than layout {packed.nbytes}")
-    for t, view in zip(packed.tensors, views(packed, flat)):
+    for t, view in zip(packed.tensors, views(packed, flat), strict=True):
         t.data = view

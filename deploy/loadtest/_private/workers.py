@@ -2,7 +2,8 @@
 
 Why processes: one Python event loop on a small machine cannot both keep a schedule of
 thousands of sends per second and absorb the burst of answers after a server stall. Worker ``w``
-of ``W`` (a fresh interpreter, talking over a socket pair) builds the same seeded plan and takes requests ``w, w+W, w+2W...`` (interleaved planned
+of ``W`` (a fresh interpreter, talking over a socket pair) builds the same seeded plan and takes
+requests ``w, w+W, w+2W...`` (interleaved planned
 send times, so every worker carries the same load shape), pre-encodes their bytes, pre-opens its
 share of the connections, reports ready, and starts at a common ``t0``. ``time.perf_counter`` is
 ``CLOCK_MONOTONIC`` on Linux, one clock for every process of the machine.

@@ -1,4 +1,5 @@
-"""``timeshare alerts test``: a test notification through the configured route, per-channel answers."""
+"""``timeshare alerts test``: a test notification through the configured route, per-channel
+answers."""
 
 from __future__ import annotations
 

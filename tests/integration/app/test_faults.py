@@ -315,7 +315,8 @@ def test_redis_stopped_mid_load_bypasses_the_tier_and_comes_back(app, http):
     answers = load.assert_none_lost()
     # Redis trouble never fails or degrades a request: every answer is the model's own
     assert all(_served_normally(a, "digits-small") for a in answers), Counter(
-        (a.status, a.served_by, a.reason) for a in answers if not _served_normally(a, "digits-small"))
+        (a.status, a.served_by, a.reason) for a in answers
+        if not _served_normally(a, "digits-small"))
     tiers = Counter(a.labels["cache"] for a in answers)
     assert tiers["bypass"] >= 5 and tiers["miss"] >= 10 and tiers["memory"] >= 1, tiers
     assert set(tiers) <= {"miss", "bypass", "memory", "redis"}, tiers

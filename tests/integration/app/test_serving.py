@@ -213,11 +213,13 @@ def test_fast_then_refine_streams_over_sse_and_the_handle(app, http):
         events = [json.loads(line[len("data: "):]) for line in r.iter_lines()
                   if line.startswith("data: ")]
     assert [e["model_name"] for e in events] == ["digits-small", "digits-large"]
-    assert [json.loads(e["parameters"]["route"])["decision"] for e in events] == ["refine", "refined"]
+    assert [json.loads(e["parameters"]["route"])["decision"] for e in events] == [
+        "refine", "refined"]
     stream = app.handle.options(stream=True).infer_stream.remote(
         InferenceRequest(model="digits-refine", inputs={"pixels": x}))
     answers = list(stream)
-    assert [(a.model, a.final) for a in answers] == [("digits-small", False), ("digits-large", True)]
+    assert [(a.model, a.final) for a in answers] == [("digits-small", False),
+                                                     ("digits-large", True)]
     bad = http.post("/v2/models/digits-refine/infer_stream", json=v2_body("pixels", x[:, :5]))
     assert bad.status_code == 400 and bad.json()["field"] == "inputs.pixels"
 

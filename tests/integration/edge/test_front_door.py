@@ -98,7 +98,8 @@ async def _send_nested(port: int, *, size: int, chunked: bool) -> tuple[int, dic
     body = b'{"inputs": ' + b"[" * (size // 2) + b"]" * (size // 2) + b"}"
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {len(body)}\r\n\r\n"
+    head += ("Transfer-Encoding: chunked\r\n\r\n" if chunked
+             else f"Content-Length: {len(body)}\r\n\r\n")
     writer.write(head.encode())
     try:
         step = 1 << 20

@@ -28,7 +28,8 @@ async def test_percentiles_match_injected_latency(latency_server: str, reset: No
     assert run["planned"] == len(build_plan(cfg, 25)) == len(injected) == len(samples)
     assert run["errors"]["total"] == 0
     # Per request, latency from the planned send covers the server's injected delay.
-    bad = [(s.request_id, s.latency_s * 1000, injected[s.request_id], s.lag_s, s.wait_s) for s in samples if s.latency_s * 1000 < injected[s.request_id] - 0.01]
+    bad = [(s.request_id, s.latency_s * 1000, injected[s.request_id], s.lag_s, s.wait_s)
+           for s in samples if s.latency_s * 1000 < injected[s.request_id] - 0.01]
     assert not bad, bad[:5]
 
     inj = LatencyHistogram(d / 1000.0 for d in injected.values()).summary_ms()

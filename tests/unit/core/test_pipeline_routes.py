@@ -56,9 +56,11 @@ async def test_cascade_escalates_only_unconfident_rows_and_says_why(pipeline):
         assert r.route.route == "digits" and r.route.strategy == "cascade"
         assert r.route.confidence is not None
         decisions[r.route.decision] = decisions.get(r.route.decision, 0) + 1
-        expected = ["digits-small"] if r.route.decision == "cheap" else ["digits-small", "digits-large"]
+        expected = (["digits-small"] if r.route.decision == "cheap"
+                    else ["digits-small", "digits-large"])
         assert r.route.models_run == expected
-        assert r.served_by.endswith("digits-small@1" if r.route.decision == "cheap" else "digits-large@1")
+        assert r.served_by.endswith("digits-small@1" if r.route.decision == "cheap"
+                                    else "digits-large@1")
         assert (r.route.confidence < 0.99) == (r.route.decision == "escalated")
     assert decisions.get("cheap") and decisions.get("escalated"), decisions
 

@@ -26,7 +26,8 @@ def _ok_inputs(n=2):
 
 
 def test_validation_accepts_and_casts_safely():
-    out = validate_inputs(CFG, {"x": np.zeros((2, 3), np.float64), "ids": np.ones((2, 7), np.int32)})
+    out = validate_inputs(CFG, {"x": np.zeros((2, 3), np.float64),
+                                "ids": np.ones((2, 7), np.int32)})
     assert out["x"].dtype == np.float32 and out["ids"].dtype == np.int64
 
 
@@ -54,7 +55,8 @@ def test_validation_errors_name_field_and_expectation(inputs, field, needle):
 
 def test_oversized_payload_is_413():
     with pytest.raises(PayloadTooLarge):
-        validate_inputs(CFG, {"x": np.zeros((4, 3), np.float32), "ids": np.zeros((4, 200), np.int64)})
+        validate_inputs(CFG, {"x": np.zeros((4, 3), np.float32),
+                              "ids": np.zeros((4, 200), np.int64)})
 
 
 def _body(**extra):
@@ -81,13 +83,17 @@ def test_decode_json_and_binary_tensors():
     (b"{", "body"),
     (b"[]", "body"),
     (json.dumps({"inputs": "x"}).encode(), "inputs"),
-    (json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1]}]}).encode(),
+    (json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32",
+                             "data": [1]}]}).encode(),
      "inputs.x.data"),
-    (json.dumps({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]}).encode(),
+    (json.dumps({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32",
+                             "data": [1]}]}).encode(),
      "inputs.x.shape"),
-    (json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "STRING", "data": [1]}]}).encode(),
+    (json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "STRING",
+                             "data": [1]}]}).encode(),
      "inputs.x.datatype"),
-    (json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "INT32", "data": [1.5]}]}).encode(),
+    (json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "INT32",
+                             "data": [1.5]}]}).encode(),
      "inputs.x.data"),
     (json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}).encode(),
      "inputs.x.data"),
@@ -114,10 +120,11 @@ def test_encode_json_and_binary_round_trip():
                              timings=Timings(queue_ms=1, compute_ms=2, total_ms=3))
     payload, headers = encode_infer_response(resp, decode_infer_request(_body(), None))
     doc = json.loads(payload)
-    assert doc["outputs"][0] == {"name": "y", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}
+    assert doc["outputs"][0] == {"name": "y", "datatype": "FP32", "shape": [1, 2],
+                                 "data": [0.5, 1.5]}
     assert doc["parameters"]["degraded"] is True and doc["parameters"]["reason"] == "timeout"
-    binary = decode_infer_request(_body(outputs=[{"name": "y", "parameters": {"binary_data": True}}]),
-                                  None)
+    binary = decode_infer_request(
+        _body(outputs=[{"name": "y", "parameters": {"binary_data": True}}]), None)
     payload, headers = encode_infer_response(resp, binary)
     n = int(headers["Inference-Header-Content-Length"])
     head = json.loads(payload[:n])

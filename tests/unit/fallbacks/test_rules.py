@@ -208,7 +208,8 @@ async def test_callable_timeout_is_no_answer_and_next_rule_runs():
 
 async def test_callable_timeout_is_capped_by_budget():
     eng = RuleEngine.from_config(
-        [{"name": "slow", "type": "callable", "function": f"{CB}:slow_async", "timeout_ms": 10_000}],
+        [{"name": "slow", "type": "callable", "function": f"{CB}:slow_async",
+          "timeout_ms": 10_000}],
         allow=ALLOW,
     )
     assert await eng.evaluate(req("x"), budget_s=0.01) is None

@@ -21,7 +21,8 @@ def req(id, priority=I, *, deadline=None, arrival=NOW, rows=1, started=False):
 
 
 def model(key, *reqs, resident=True, max_batch=32, wait=0.0, row_cost=0.0):
-    return ModelView(key, resident, tuple(reqs), max_batch, wait, row_cost, 0.0 if resident else 0.1)
+    return ModelView(key, resident, tuple(reqs), max_batch, wait, row_cost,
+                     0.0 if resident else 0.1)
 
 
 def snap(*models, now=NOW, current=None, slice_start=NOW, slice_s=0.05, chunk=16):
@@ -157,7 +158,10 @@ def test_chunks_are_sized_in_milliseconds_of_measured_work_capped_by_chunk_size(
 
 def test_chunk_budget_per_class_and_realtime_whole_by_default():
     per_class = PrioritySchedulingPolicy(chunk_ms={I: 1.0, G: 4.0})
-    m = lambda cls: model("m", req(1, cls, rows=512), max_batch=512, row_cost=0.0001)
+
+    def m(cls):
+        return model("m", req(1, cls, rows=512), max_batch=512, row_cost=0.0001)
+
     assert per_class.decide(snap(m(I), chunk=1024)).chunk_rows == 10
     assert per_class.decide(snap(m(G), chunk=1024)).chunk_rows == 40
     assert per_class.decide(snap(m(B), chunk=1024)).chunk_rows == 20  # default 2 ms

@@ -71,11 +71,12 @@ async def add(w, n, script=False):
 
 
 @pytest.mark.parametrize("script", [False, True], ids=["eager", "torchscript"])
-async def test_more_models_than_fit_swap_through_the_arena_with_correct_outputs(make_worker, script):
+async def test_more_models_than_fit_swap_through_the_arena_with_correct_outputs(
+        make_worker, script):
     w = make_worker(models_fit=2)
     loaders = await add(w, 5, script)
     x = torch.randn(8, 16)
-    for rnd in range(2):
+    for _ in range(2):
         for i, ld in enumerate(loaders):
             r = await w.infer(key(i), {"x": x})
             assert torch.allclose(r.outputs["y"], ld.build()(x), atol=1e-6)

@@ -32,7 +32,8 @@ def test_static_always_one_model():
     plan = s.plan(RouteRequest(X))
     assert (plan.kind, plan.first, plan.then, plan.decision) == (PlanKind.SINGLE, "large", None,
                                                                  "expensive")
-    assert make_strategy("static", cheap="small", use="cheap").plan(RouteRequest(X)).first == "small"
+    static = make_strategy("static", cheap="small", use="cheap")
+    assert static.plan(RouteRequest(X)).first == "small"
     with pytest.raises(ValueError, match="use='expensive'"):
         make_strategy("static", cheap="small", use="expensive")
 
