@@ -6,7 +6,7 @@ VENV   ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
-.PHONY: serve test install clean
+.PHONY: serve test lint install clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ serve: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) var

@@ -62,7 +62,7 @@ def _deployments(repo: str, state_dir: str, budget: int, k: int, poll_s: float):
     common = {"max_ongoing_requests": 512, "ray_actor_options": {"num_cpus": 0},
               "logging_config": {"enable_access_log": False}}
 
-    @serve.deployment(**common)
+    @serve.deployment(**common)  # type: ignore[arg-type]
     class Multiplexed:
         def __init__(self) -> None:
             torch.set_num_threads(1)
@@ -91,15 +91,15 @@ def _deployments(repo: str, state_dir: str, budget: int, k: int, poll_s: float):
 
     # The real pool deployment (ModelHost over the repository, one DeviceWorker), on the CPU
     # stand-in with the same budget, routed by TimeshareRequestRouter.
-    timeshare = PoolDeployment.options(
+    timeshare = PoolDeployment.options(  # type: ignore[attr-defined]
         name="Pool", **common,
         request_router_config=RequestRouterConfig(
-            request_router_class="pool.request_router:TimeshareRequestRouter",
-            request_routing_stats_period_s=0.5),
+            request_router_class="pool.request_router:TimeshareRequestRouter",  # type: ignore[arg-type]
+            request_routing_stats_period_s=0.5),  # type: ignore[arg-type]
     ).bind(pool="gpu", repository=repo, state_dir=state_dir,
            device={"kind": "cpu", "memory_budget_bytes": budget, "threads": 1},
            poll_interval_s=poll_s)
-    return Multiplexed.bind(), timeshare
+    return Multiplexed.bind(), timeshare  # type: ignore[attr-defined]
 
 
 async def _drive(call, names, weights, rate: float, args) -> tuple[list[float], list[float], int]:

@@ -103,7 +103,7 @@ def _summary(outcomes: list[Outcome], deadline_ms: float) -> dict:
 async def run(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    models = {
+    models: dict[str, nn.Module] = {
         "big": nn.Linear(IN_FEATURES, OUT_FEATURES),
         "small": nn.Linear(IN_FEATURES, OUT_FEATURES),
     }

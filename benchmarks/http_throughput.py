@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing as mp
 import os
 import platform
@@ -106,7 +107,7 @@ def _stock_app(path: str, threads: int, model: str):
         async def infer(self, x: np.ndarray) -> np.ndarray:
             return self._forward(x)
 
-    return Stock.bind()
+    return Stock.bind()  # type: ignore[attr-defined]
 
 
 def _stats(lat_s: list[float], duration_s: float, n_errors: int) -> dict[str, Any]:
@@ -236,7 +237,7 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
     from router.app import build_app
 
     port = _free_port()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app({"repository": str(repo), "environment": "test"}),

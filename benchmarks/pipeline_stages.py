@@ -75,7 +75,7 @@ async def _run(args: argparse.Namespace, root: Path, inline_ms: float = 0.0,
     from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
     from router.cache import CacheSettings, ResultCache
     from router.calllog import build_call_log
-    from router.catalog import ModelCatalog
+    from router.catalog import ModelCatalog, config_of
     from router.pipeline import Pipeline
     from router.pool_client import LocalPoolClient
     from router.schemas import CacheControl, InferenceRequest
@@ -94,7 +94,7 @@ async def _run(args: argparse.Namespace, root: Path, inline_ms: float = 0.0,
                     breakers=BreakerRegistry(),
                     recorders=(TelemetryRecorder(Telemetry(prometheus=False)), CounterRecorder(),
                                CallLogRecorder(calls)))
-    spec = host.index()[args.model].config.inputs[0]
+    spec = config_of(host.index()[args.model]).inputs[0]
     x = np.random.default_rng(0).standard_normal((1, *spec.shape)).astype(np.float32)
     bypass = CacheControl(skip_read=True, skip_write=True)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         os.environ[k] = v
     client = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
     port = _free_port()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app({"repository": str(repo), "environment": "test"}),

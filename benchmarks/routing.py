@@ -60,12 +60,16 @@ def _ensure_models(repo: Path) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
     for name in (CHEAP, EXPENSIVE):
         module = torch.jit.load(str(repo / name / "1" / "model.pt"), map_location="cpu").eval()
 
-        def run(x: np.ndarray, m=module) -> np.ndarray:
-            with torch.inference_mode():
-                return m(torch.from_numpy(np.asarray(x, dtype=np.float32))).numpy()
-
-        fns[name] = run
+        fns[name] = _runner(module)
     return fns
+
+
+def _runner(m: torch.jit.ScriptModule) -> Callable[[np.ndarray], np.ndarray]:
+    def run(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return m(torch.from_numpy(np.asarray(x, dtype=np.float32))).numpy()
+
+    return run
 
 
 def _ms_per_request(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> float:
@@ -172,7 +176,7 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
                     f.write(outcome_line("digits", {"pixels": x[i:i + 16]},
                                          lg[split][CHEAP][i:i + 16],
                                          lg[split][EXPENSIVE][i:i + 16],
-                                         labels=y[i:i + 16]) + "\n")
+                                         labels=y[i:i + 16].tolist()) + "\n")
         outcomes = read_outcomes(log, route="digits")
     for uses_cheap, name in ((False, "predictive"), (True, "predictive-with-cheap-features")):
         scorer = train_scorer(outcomes, uses_cheap=uses_cheap, c=0.1)

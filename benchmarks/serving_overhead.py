@@ -53,6 +53,7 @@ run, not across runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import random
@@ -147,7 +148,7 @@ def _chain_app(model_path: str, threads: int):
             return await self.inner.remote(x)
 
     inner = _bare_deployment().options(name="BareInner", ray_actor_options={"num_cpus": 0})
-    return BareFront.bind(inner.bind(model_path, threads))
+    return BareFront.bind(inner.bind(model_path, threads))  # type: ignore[attr-defined]
 
 
 def _stats(samples_s: list[float]) -> dict[str, float]:
@@ -204,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     direct_model = torch.jit.load(str(path), map_location="cpu").eval()
 
     port = _free_port()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         t0 = time.perf_counter()

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from functools import partial
 
 import torch
 from torch import nn
@@ -59,8 +60,8 @@ async def swap_in_gbps(mb: int, kind: str, rounds: int) -> tuple[float, int, dic
     spec = DeviceSpec(kind=kind, memory_budget_bytes=budget)
     tiers = Residency(spec)
     for i, key in enumerate(("a", "b")):
-        packed, load_s = await tiers.load(lambda i=i: _model(mb, i))
-        tiers.register(key, lambda i=i: _model(mb, i), Priority.INTERACTIVE, packed, load_s)
+        packed, load_s = await tiers.load(partial(_model, mb, i))
+        tiers.register(key, partial(_model, mb, i), Priority.INTERACTIVE, packed, load_s)
     await tiers.ensure("a", Priority.INTERACTIVE, {})  # warm-up (first touch of the arena)
     await tiers.ensure("b", Priority.INTERACTIVE, {})
     times = []

@@ -87,8 +87,8 @@ def _train(spec: DemoSpec, split: Split, seed: int) -> tuple[nn.Module, float]:
     torch.manual_seed(seed)
     model = _build_module(spec, split)
     if hasattr(model, "mean"):
-        model.mean.copy_(torch.from_numpy(split.train_x.mean(0)))
-        model.scale.copy_(torch.from_numpy(split.train_x.std(0) + 1e-3))
+        model.get_buffer("mean").copy_(torch.from_numpy(split.train_x.mean(0)))
+        model.get_buffer("scale").copy_(torch.from_numpy(split.train_x.std(0) + 1e-3))
     x = torch.from_numpy(split.train_x)
     y = torch.from_numpy(split.train_y)
     opt = torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=1e-4)

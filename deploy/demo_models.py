@@ -17,6 +17,8 @@ class TabularMLP(nn.Module):
 
     def __init__(self, in_features: int, hidden: list[int], out_features: int) -> None:
         super().__init__()
+        self.mean: torch.Tensor
+        self.scale: torch.Tensor
         self.register_buffer("mean", torch.zeros(in_features))
         self.register_buffer("scale", torch.ones(in_features))
         layers: list[nn.Module] = []

@@ -19,7 +19,7 @@ __all__ = ["PoolDeployment"]
 
 @serve.deployment(name="Pool", max_ongoing_requests=256)
 class PoolDeployment:
-    async def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any],
+    async def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any],  # type: ignore[misc]
                        poll_interval_s: float = 1.0, replicas: int = 1,
                        trust: TrustSettings | None = None) -> None:
         self.service = PoolService(pool, repository, state_dir, device,

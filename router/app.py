@@ -28,8 +28,8 @@ def _gpu_count() -> int:
 
 def build_from_settings(settings: AppSettings) -> Application:
     pool_options = {"request_router_config": RequestRouterConfig(
-        request_router_class="pool.request_router:TimeshareRequestRouter",
-        request_routing_stats_period_s=1.0)}
+        request_router_class="pool.request_router:TimeshareRequestRouter",  # type: ignore[arg-type]
+        request_routing_stats_period_s=1.0)}  # type: ignore[arg-type]
     common = {
         "repository": settings.repository,
         "state_dir": settings.resolved_state_dir(),
@@ -41,7 +41,7 @@ def build_from_settings(settings: AppSettings) -> Application:
     pools = {}
     if gpu.enabled == "on" or (gpu.enabled == "auto" and gpus > 0):
         replicas = max(1, min(gpu.replicas, gpus) if gpus else gpu.replicas)
-        pools["gpu"] = PoolDeployment.options(
+        pools["gpu"] = PoolDeployment.options(  # type: ignore[attr-defined]
             name="GPUPool", num_replicas=replicas, ray_actor_options={"num_gpus": 1},
             **pool_options).bind(pool="gpu", device=device_spec("cuda", gpu), replicas=replicas,
                                  **common)
@@ -51,7 +51,7 @@ def build_from_settings(settings: AppSettings) -> Application:
         cpu = cpu.model_copy(update={"placement": "deployment" if pools else "ingress"})
         settings = settings.model_copy(update={"cpu_pool": cpu})
     if cpu.placement == "deployment":
-        pools["cpu"] = PoolDeployment.options(
+        pools["cpu"] = PoolDeployment.options(  # type: ignore[attr-defined]
             name="CPUPool", num_replicas=cpu.replicas, **pool_options
         ).bind(pool="cpu", device=device_spec("cpu", cpu), replicas=cpu.replicas, **common)
     alerter = None
@@ -60,12 +60,12 @@ def build_from_settings(settings: AppSettings) -> Application:
         from alerting.deployment import AlerterDeployment
 
         load_config(settings.alerting)  # fail at build time, naming the bad key
-        alerter = AlerterDeployment.bind(settings.alerting)
+        alerter = AlerterDeployment.bind(settings.alerting)  # type: ignore[attr-defined]
     log.info("timeshare: pools %s, repository %s", sorted(pools), settings.repository)
     edge = settings.edge
     # Bounded queues in front of the ingress (#14): Ray's proxy answers 503 with Retry-After
     # at once past max_queued_requests instead of queueing without bound.
-    return Ingress.options(
+    return Ingress.options(  # type: ignore[attr-defined]
         num_replicas=settings.ingress_replicas,
         max_ongoing_requests=edge.ingress_max_ongoing_requests,
         max_queued_requests=edge.ingress_max_queued_requests,

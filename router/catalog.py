@@ -22,7 +22,7 @@ from router.errors import ModelNotFound
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelCatalog"]
+__all__ = ["ModelCatalog", "config_of"]
 
 
 class ModelCatalog:
@@ -88,7 +88,9 @@ class ModelCatalog:
                          if e.error or any(v.state == "failed" for v in e.versions.values()))
 
     async def resolve(self, model: str, version: str | None) -> tuple[ModelIndexEntry, str]:
-        """Return the entry and the concrete version, or raise ModelNotFound naming the field."""
+        """Return the entry and the concrete version, or raise ModelNotFound naming the field.
+
+        The entry always has its config (see :func:`config_of`)."""
         entry = self._index.get(model)
         stale = entry is None or (version is not None and version not in entry.versions)
         if stale and self._clock() - self._last_refresh >= self._min_miss:
@@ -126,3 +128,9 @@ def _failed(entry: ModelIndexEntry, reason: str) -> ModelIndexEntry:
 
 def _states(entry: ModelIndexEntry) -> str:
     return ", ".join(f"{v}={s.state}" for v, s in entry.versions.items()) or "no versions"
+
+
+def config_of(entry: ModelIndexEntry) -> ModelConfig:
+    """The config of an entry that :meth:`ModelCatalog.resolve` returned (never None there)."""
+    assert entry.config is not None, f"{entry.name}: resolve() returned an entry without config"
+    return entry.config

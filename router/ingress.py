@@ -51,7 +51,7 @@ log = logging.getLogger("ray.serve")
 @serve.deployment(name="Ingress", max_ongoing_requests=512)
 @serve.ingress()
 class Ingress:
-    async def __init__(self, settings: AppSettings, pools: dict[str, DeploymentHandle],
+    async def __init__(self, settings: AppSettings, pools: dict[str, DeploymentHandle],  # type: ignore[misc]
                        alerter: DeploymentHandle | None = None) -> None:
         from alerting.telemetry import Telemetry
 

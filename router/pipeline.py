@@ -27,6 +27,7 @@ from fallbacks import (
     ChainConfig,
     ChainRunner,
     Deadline,
+    PoolName,
     PoolThrottles,
     Target,
 )
@@ -36,7 +37,7 @@ from policies.routing import RouteStrategy
 from pool.config import ModelConfig
 from pool.work import PoolWork
 from router.cache import CachedAnswer, CacheOutcome, ResultCache
-from router.catalog import ModelCatalog
+from router.catalog import ModelCatalog, config_of
 from router.pool_client import PoolClient, PoolExecutor, RoutedRequest
 from router.route_runner import RouteRunner
 from router.routes import RouteConfig
@@ -67,7 +68,7 @@ class Recorder:
         raise NotImplementedError
 
 
-def choose_pool(config: ModelConfig, pools: Sequence[str]) -> str:
+def choose_pool(config: ModelConfig, pools: Sequence[str]) -> PoolName:
     """Where a model runs: the GPU pool unless it is CPU-only or there is none."""
     return "gpu" if config.device in ("gpu", "any") and "gpu" in pools else "cpu"
 
@@ -167,11 +168,11 @@ class Pipeline:
 
     # -- one model: cache, admission, chain -------------------------------------------------
     async def _answer(self, req: InferenceRequest, model: str, version: str | None, start: float,
-                      *, pool: str | None = None, deadline: Deadline | None = None,
+                      *, pool: PoolName | None = None, deadline: Deadline | None = None,
                       inputs: dict[str, np.ndarray] | None = None) -> InferenceResponse:
         """One model's answer; ``inputs`` when the caller already validated them for it."""
         entry, version = await self.catalog.resolve(model, version)
-        cfg = entry.config
+        cfg = config_of(entry)
         valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
         deadline = deadline or Deadline.for_request(
             request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
@@ -191,7 +192,8 @@ class Pipeline:
             return answer, not answer.degraded
 
         if self.cache is None:
-            answer, outcome = (await compute())[0], CacheOutcome("off")
+            answer: CachedAnswer = (await compute())[0]
+            outcome = CacheOutcome("off")
         else:
             # Keyed on the inputs as sent (dtype included: [1, 2] as int and as float differ),
             # computed on the validated, cast ones.
@@ -212,7 +214,7 @@ class Pipeline:
             final=True, caller=req.caller, caller_verified=req.caller_verified,
         )
 
-    async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: str,
+    async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: PoolName,
                          deadline: Deadline) -> _Answer:
         assert work.config is not None
         shed = req.shed_reason or self._admission(pool, req.priority, deadline)

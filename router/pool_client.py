@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fallbacks import FallbackRequest, ModelReply, RetryBudget, retry_call
 from fallbacks.deadline import Deadline
 from pool.work import PoolReply, PoolWork, unwrap
-from router.catalog import ModelCatalog
+from router.catalog import ModelCatalog, config_of
 from router.errors import TimeshareError
 from router.validation import validate_inputs
 
@@ -144,8 +144,8 @@ class PoolExecutor:
             return work  # the primary (or a step naming the same model): resolved once
         entry, version = await self._catalog.resolve(model, version)
         try:  # a fallback model's schema is config, not caller input: a mismatch is a failure
-            inputs = validate_inputs(entry.config, dict(request.inputs))
+            inputs = validate_inputs(config_of(entry), dict(request.inputs))
         except TimeshareError as e:
             raise RuntimeError(f"fallback model {model!r} cannot take these inputs: {e}") from e
         return dataclasses.replace(work, model=model, version=version, inputs=inputs,
-                                   config=entry.config)
+                                   config=config_of(entry))

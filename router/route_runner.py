@@ -16,13 +16,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fallbacks import Deadline
+from fallbacks import Deadline, PoolName
 from fallbacks.tasks import cancel_and_wait
 from policies.estimates import ewma
 from policies.priority import Priority
 from policies.routing import PlanKind, RouteRequest, RouteStrategy, merge_rows
 from policies.spill import SpillState, decide_spill
-from router.catalog import ModelCatalog
+from router.catalog import ModelCatalog, config_of
 from router.routes import RouteConfig
 from router.schemas import InferenceRequest, InferenceResponse, RouteInfo
 from router.validation import validate_inputs
@@ -36,7 +36,7 @@ class AnswerFn(Protocol):
     """The pipeline's one-model answer (cache, admission, chain) for a route step."""
 
     async def __call__(self, req: InferenceRequest, model: str, version: str | None,
-                       start: float, *, pool: str | None = None,
+                       start: float, *, pool: PoolName | None = None,
                        deadline: Deadline | None = None,
                        inputs: dict[str, np.ndarray] | None = None) -> InferenceResponse: ...
 
@@ -76,7 +76,7 @@ class RouteRunner:
                                         arrival_s=req.arrival_s)
         first_model = rc.cheap or rc.expensive or ""
         entry, _ = await self._catalog.resolve(first_model, None)
-        inputs = validate_inputs(entry.config, req.inputs)  # strategies score validated inputs
+        inputs = validate_inputs(config_of(entry), req.inputs)  # strategies score validated inputs
         rreq = RouteRequest(inputs=inputs, priority=req.priority,
                             deadline_s=deadline.remaining(), shadow_draw=self._rng())
         plan = strategy.plan(rreq)
@@ -149,7 +149,8 @@ class RouteRunner:
     def _shadow(self, rc: RouteConfig, req: InferenceRequest, cheap: InferenceResponse,
                 expensive) -> None:
         """Run the other model too (in the background) and log both outcomes for training."""
-        if not rc.outcome_log:
+        path = rc.outcome_log
+        if not path:
             expensive.close()
             return
 
@@ -160,7 +161,7 @@ class RouteRunner:
                 exp = await expensive
                 line = outcome_line(rc.name, req.inputs, cheap.outputs[rc.output],
                                     exp.outputs[rc.output])
-                await asyncio.to_thread(_append, rc.outcome_log, line)
+                await asyncio.to_thread(_append, path, line)
             except Exception as e:  # noqa: BLE001 - shadow traffic never affects the answer
                 log.info("shadow run for %s failed: %s", rc.name, e)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import torch
 
@@ -80,7 +81,7 @@ async def copy_stream_event(env: Env) -> dict:
         return real_sync(*a, **k)
 
     prev = torch.cuda.get_sync_debug_mode()
-    torch.cuda.synchronize = counting_sync  # type: ignore[assignment]
+    torch.cuda.synchronize = counting_sync
     torch.cuda.set_sync_debug_mode("error")
     try:
         host_s = tiers.copy(swap)
@@ -89,7 +90,7 @@ async def copy_stream_event(env: Env) -> dict:
             y = tiers.module("m")(x)
     finally:
         torch.cuda.set_sync_debug_mode(prev)
-        torch.cuda.synchronize = real_sync  # type: ignore[assignment]
+        torch.cuda.synchronize = real_sync
     stream.synchronize()
     copy_s = tiers.swapped(swap, host_s) - swap.reserved_s
     fresh = copy.deepcopy(cpu_model).to(env.device)
@@ -115,7 +116,7 @@ async def swapped_equals_fresh(env: Env) -> dict:
     try:
         for s, m in models.items():
             await w.add_model(ModelKey(f"m{s}", "1"), config(f"m{s}", width),
-                              lambda m=m: copy.deepcopy(m))
+                              partial(copy.deepcopy, m))
         x = torch.randn(16, width)
         for s in (0, 1, 0, 1, 0):  # every call swaps the other one out
             r = await w.infer(ModelKey(f"m{s}", "1"), {"x": x})
@@ -153,7 +154,8 @@ async def stream_priorities(env: Env) -> dict:
         assert streams is not None
         levels = {p.label: streams[p].priority for p in Priority}
         low, high = torch.cuda.Stream.priority_range()  # type: ignore[call-arg]
-        uses_shared = w._streams is streams  # the worker runs chunks on the streams copies order
+        # the worker runs its chunks on the streams that swap-in copies order
+        uses_shared = w.chunk_runner._streams is streams
     finally:
         await w.close()
     ok = (levels["realtime"] == high and levels["background"] == low and high < low

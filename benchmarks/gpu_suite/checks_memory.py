@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -62,7 +63,7 @@ async def oom_evict_retry(env: Env) -> dict:
             m = linear_stack(filler, 1024 if env.cuda else WIDTH, 10 + i)
             await w.add_model(ModelKey(f"f{i}", "1"),
                               config(f"f{i}", 1024 if env.cuda else WIDTH),
-                              lambda m=m: copy.deepcopy(m))
+                              partial(copy.deepcopy, m))
         await w.add_model(H, config("hungry", WIDTH), lambda: hungry)
         resident0 = len(w.status()["resident"])
         evictions0 = w.tiers.memory.evictions
@@ -110,7 +111,7 @@ async def no_leak(env: Env) -> dict:
     x = torch.randn(2, width)
     try:
         for s, m in models.items():
-            await w.add_model(keys[s], config(f"m{s}", width), lambda m=m: copy.deepcopy(m))
+            await w.add_model(keys[s], config(f"m{s}", width), partial(copy.deepcopy, m))
         for k in (keys[1], keys[0]):
             await w.infer(k, {"x": x})
         base = _usage(env, w)

@@ -18,9 +18,11 @@ from __future__ import annotations
 import copy
 import tempfile
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from benchmarks.colocation import zipf_weights
 from benchmarks.gpu_suite._env import Env, linear_stack, log, model_bytes
@@ -77,7 +79,7 @@ async def _timeshare(env: Env, s: _Setup) -> dict:
     keys = [ModelKey(f"m{i:03d}", "1") for i in range(p.models)]
     try:
         for key, m in zip(keys, s.models, strict=True):
-            await w.add_model(key, config(key.name, p.width), lambda m=m: copy.deepcopy(m))
+            await w.add_model(key, config(key.name, p.width), partial(copy.deepcopy, m))
         st0 = w.status()  # add_model swapped in what fits: count the trace's swaps only
         res = await drive(s.trace, lambda i, xx, dl: w.infer(keys[i], {"x": xx}, deadline=dl),
                           s.x, p.deadline_ms / 1e3, p.drain_s)
@@ -103,7 +105,7 @@ async def run_colocation(env: Env) -> dict:
     p = params(env)
     nbytes = p.width * p.width * 4 * p.layers
     log(f"colocation: {p.models} models of {nbytes / 2**20:.2f} MiB")
-    models = [linear_stack(nbytes, p.width, 100 + i) for i in range(p.models)]
+    models: list[nn.Module] = [linear_stack(nbytes, p.width, 100 + i) for i in range(p.models)]
     one = model_bytes(models[0])
     s = _Setup(p, models, int(one * p.models / p.oversubscription),
                make_trace(p.models, p.rate, p.seconds, zipf_weights(p.models, p.zipf)),
