@@ -56,8 +56,10 @@ class PipelineConfig:
     admission: AdmissionConfig | None = field(default_factory=AdmissionConfig)
     pool_capacity: int = 64  # requests a pool holds in flight before classes start being shed
     # SRE client-side adaptive throttling per (model, pool): reject locally, at once and
-    # labelled, once a pool accepts fewer than 1/k of a model's calls (None: off).
-    throttle_k: float | None = 2.0
+    # labelled, once a pool accepts fewer than 1/k of a model's calls. Off (None) by default:
+    # it rejects before the circuit breaker sees enough calls to open, and with little probe
+    # traffic its window makes a recovered model wait (the fault drills show both).
+    throttle_k: float | None = None
 
 
 class Recorder:
