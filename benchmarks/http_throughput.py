@@ -36,7 +36,6 @@ import os
 import platform
 import shutil
 import socket
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -47,7 +46,7 @@ import numpy as np
 import torch
 
 from benchmarks._http_client import LoadSpec, null_server, run_load
-from benchmarks._output import emit
+from benchmarks._output import emit, stdout_to_stderr
 
 P99_LIMIT_MS = 100.0
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
@@ -361,15 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.quick:
         args.closed_s, args.open_s, args.handle_s, args.rates = 1.5, 1.5, 1.0, [50, 150]
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)  # Ray echoes lines on stdout; keep it for the one JSON object
-    try:
+    with stdout_to_stderr():
         result = run(args)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
     emit(result, args.json)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._http_client import LoadSpec, run_load
-from benchmarks._output import emit
+from benchmarks._output import emit, stdout_to_stderr
 from benchmarks.http_throughput import _body, _free_port, _repository
 
 # Substrings of "function (file)" frames that mark a stage of the request path.
@@ -162,15 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--svg-dir", help="keep the collapsed stacks here (for flamegraph tools)")
     p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
+    with stdout_to_stderr():
         result = run(args)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
     emit(result, args.json)
 
 

@@ -59,7 +59,6 @@ import platform
 import random
 import shutil
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -70,7 +69,7 @@ import numpy as np
 import torch
 import yaml
 
-from benchmarks._output import emit
+from benchmarks._output import emit, stdout_to_stderr
 
 TARGET_MS = 3.0
 APP = "timeshare"
@@ -411,17 +410,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.n < 1 or args.warmup < 0:
         p.error("--n must be >= 1 and --warmup >= 0")
-    # Ray's driver echoes raylet/worker lines on stdout (e.g. at shutdown); keep stdout for the
-    # one JSON object by pointing fd 1 at stderr while Ray runs.
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
+    with stdout_to_stderr():
         result = run(args)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
     emit(result, args.json)
 
 

@@ -10,18 +10,16 @@ first group's copy completing, read from CUDA events on the copy stream.
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
-from functools import partial
 
 import torch
 from torch import nn
 
-from benchmarks.gpu_suite._env import Env, linear_stack, log, model_bytes
+from benchmarks.gpu_suite._env import Env, log
+from benchmarks.gpu_suite.swap import two_model_tiers
 from policies.priority import Priority
 from pool._private.residency import Residency
-from pool.device import DeviceSpec
 
 __all__ = ["run_pipelined"]
 
@@ -81,12 +79,7 @@ def pipelined(env: Env, tiers: Residency, key: str, x: torch.Tensor, first_bytes
 async def run_pipelined(env: Env) -> dict:
     nbytes, width, rows, rounds = _params(env)
     log(f"pipelined: building two {nbytes >> 20} MB models")
-    models = [linear_stack(nbytes, width, s) for s in (0, 1)]
-    one = model_bytes(models[0])
-    tiers = Residency(DeviceSpec(kind=env.kind, memory_budget_bytes=one + one // 2))
-    for i, m in enumerate(models):
-        packed, load_s = await tiers.load(partial(_given, m))
-        tiers.register(str(i), partial(copy.deepcopy, m), I, packed, load_s)
+    tiers, models, one = await two_model_tiers(env, nbytes, width)
     x = torch.randn(rows, width, device=env.device)
     env.sync()  # made on the default stream; the compute stream does not wait for it
     layer_bytes = width * width * 4
@@ -119,7 +112,3 @@ async def run_pipelined(env: Env) -> dict:
         "outputs_equal": close, "outputs_bitwise_equal": bitwise,
     }
 
-
-def _given(m: nn.Module) -> nn.Module:
-    """The module itself (the host tier packs its weights; the register factory deep-copies)."""
-    return m

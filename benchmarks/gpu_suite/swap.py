@@ -34,13 +34,21 @@ SIZES = {
 }
 
 
-async def swap_in_gbps(env: Env, nbytes: int, width: int, rounds: int) -> tuple[float, int]:
+async def two_model_tiers(env: Env, nbytes: int, width: int
+                          ) -> tuple[Residency, list[nn.Sequential], int]:
+    """Residency of two ``nbytes`` models "0" and "1" in the host tier, a device budget that
+    holds one of them (so each swap-in evicts the other); the models; one model's bytes."""
     models = [linear_stack(nbytes, width, s) for s in (0, 1)]
     one = model_bytes(models[0])
     tiers = Residency(DeviceSpec(kind=env.kind, memory_budget_bytes=one + one // 2))
     for i, m in enumerate(models):
         packed, load_s = await tiers.load(partial(_given, m))
         tiers.register(str(i), partial(copy.deepcopy, m), I, packed, load_s)
+    return tiers, models, one
+
+
+async def swap_in_gbps(env: Env, nbytes: int, width: int, rounds: int) -> tuple[float, int]:
+    tiers, _, one = await two_model_tiers(env, nbytes, width)
     for key in ("0", "1"):  # warm-up: first touch of the regions
         await tiers.ensure(key, I, {})
     times = []
