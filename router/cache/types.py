@@ -86,7 +86,12 @@ class CacheSettings(BaseModel):
         description="Directory of the semantic stores (sqlite + faiss); tier off if omitted.",
     )
     semantic_threshold: float = Field(
-        default=0.95, ge=0, le=1, description="Default cosine similarity a semantic hit needs."
+        default=0.85,
+        ge=0,
+        le=1,
+        description="Default cosine similarity a semantic hit needs (0.85: 0 wrong hits and 89% "
+        "paraphrase recall on the bundled near-miss set, with the lexical guard; "
+        "docs/CACHE.md).",
     )
     semantic_max_entries: int = Field(
         default=10_000,

@@ -62,6 +62,7 @@ PAIRS: list[tuple[str, str, bool]] = [
     ("Show me red shoes", "Show me blue shoes", False),
     ("What is the capital of Austria?", "What is the capital of Australia?", False),
     ("Flights from Boston to Chicago", "Flights from Chicago to Boston", False),
+    ("Flights from Boston to Chicago", "Find flights from Boston to Chicago", True),
     ("Who wrote Pride and Prejudice?", "Who wrote Sense and Sensibility?", False),
     ("How do I reset my password?", "How do I reset my router?", False),
     ("Weather in Berlin today", "Weather in Berlin tomorrow", False),
