@@ -25,6 +25,7 @@ from pool.service import PoolService
 from router._private.pool_totals import SwapTotals
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 from router.cache import ResultCache
+from router.cache._private.metrics import register_error_rate_metric
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
 from router.edge import mount_edge
@@ -89,6 +90,7 @@ class Ingress:
         routes = load_routes(s.routes) if s.routes else {}
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
         self.cache = ResultCache(s.cache, embedder=_embedder(s), on_event=self._on_cache_event)
+        register_error_rate_metric(self.telemetry.meter_provider, self.cache.verification)
         self.pipeline = Pipeline(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
@@ -225,6 +227,9 @@ class Ingress:
                            for (m, p), st in self.breakers.states().items()}
         out["cache"] = {"counters": self.cache.counters(),
                         "redis_available": self.cache.redis_available}
+        verified = self.cache.verification()  # vCache-style mode (#18): observed error rate
+        if verified is not None:
+            out["cache"]["verified"] = verified.as_dict()
         out["routes"] = sorted(self.pipeline.routes)
         out["caller_keys"] = self._caller_keys is not None
         if self._alerter is not None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from policies.verified_cache import VerifyConfig
 from pool.config import CacheConfig
 from router.cache._private import codec
 from router.cache._private.availability import EventSink
@@ -23,8 +26,9 @@ from router.cache._private.keys import cache_key
 from router.cache._private.memory import MemoryLRU
 from router.cache._private.metrics import CacheCounters
 from router.cache._private.redis_tier import BYPASS, RedisTier
-from router.cache._private.semantic import SemanticTier
+from router.cache._private.semantic import SemanticLookup, SemanticTier
 from router.cache._private.single_flight import SingleFlight
+from router.cache._private.verified import Verifier, VerifierStatus, same_answer
 from router.cache.embedder import Embedder
 from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings
 from router.schemas import CacheControl
@@ -74,6 +78,7 @@ class ResultCache:
         clock: wall-clock seconds; TTLs and Redis probe backoff use it.
         on_event: ``on_event(kind, detail)`` for alerts, e.g. ``redis_cache_unavailable`` once per
             outage and ``redis_cache_recovered`` when it returns. Exceptions it raises are logged.
+        rng: uniform [0, 1) draws; verified mode samples the hits it verifies with it.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class ResultCache:
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
         on_event: EventSink | None = None,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self._settings = settings = settings or CacheSettings()
         self._clock = clock
@@ -103,6 +109,13 @@ class ResultCache:
             SemanticTier(settings, embedder=embedder, clock=clock)
             if settings.semantic_dir is not None and embedder is not None
             else None
+        )
+        self._verifier = (
+            Verifier(VerifyConfig(max_error_rate=settings.verify_max_error_rate,
+                                  sample_rate=settings.verify_sample_rate,
+                                  min_similarity=settings.verify_min_similarity),
+                     window=settings.verify_window, rng=rng)
+            if settings.verify_max_error_rate is not None else None
         )
         self._flights: SingleFlight[tuple[CachedAnswer, CacheOutcome]] = SingleFlight()
         self._counters = CacheCounters()
@@ -158,7 +171,7 @@ class ResultCache:
     async def _lookup_or_compute(
         self, req: _Request, compute: Compute
     ) -> tuple[CachedAnswer, CacheOutcome]:
-        key, model, version, text, policy = req.key, req.model, req.version, req.text, req.policy
+        key, text, policy = req.key, req.text, req.policy
         bypassed = False
         if self._redis is not None:
             payload = await self._redis.get(key)
@@ -171,34 +184,79 @@ class ResultCache:
                 found = self._from_redis(key, payload, policy)  # type: ignore[arg-type]
                 if found is not None:
                     return found, _REDIS
-        vec = None
+        vec, candidate = None, None
         if policy.mode == "semantic" and text and self._semantic is not None:
-            threshold = policy.similarity_threshold
-            if threshold is None:
-                threshold = self._settings.semantic_threshold
-            try:
-                res = await self._semantic.lookup(
-                    model=model,
-                    version=version,
-                    text=text,
-                    threshold=threshold,
-                    ttl_s=policy.ttl_s,
-                )
-            except Exception:
-                log.exception("semantic cache lookup failed for %s@%s", model, version)
-                self._counters.inc("semantic.error")
-            else:
-                self._counters.inc("semantic.guard_rejected", res.guard_rejections)
-                if res.answer is not None:
-                    self._counters.inc("semantic.hit")
-                    return res.answer, CacheOutcome("semantic", similarity=res.similarity)
-                self._counters.inc("semantic.miss")
-                vec = res.embedding
+            res = await self._semantic_lookup(req)
+            if res is not None and res.answer is not None:
+                served = self._serve_semantic(req, res, compute)
+                if served is not None:
+                    return served
+                candidate = res  # verified mode, not served: compared after computing
+            vec = None if res is None else res.embedding
         self._counters.inc("compute")
         answer, cacheable = await compute()
+        if candidate is not None and cacheable:
+            self._verified(candidate, answer, served=False)
         if not req.control.skip_write:
             await self._fill(req, answer, cacheable, vec)
         return answer, (_BYPASS if bypassed else _MISS)
+
+    async def _semantic_lookup(self, req: _Request) -> SemanticLookup | None:
+        """The best guard-compatible candidate: at the threshold, or (verified mode) at the
+        lowest similarity worth comparing. None when the tier failed (counted, logged)."""
+        assert self._semantic is not None and req.text
+        if self._verifier is not None:
+            threshold = self._verifier.config.min_similarity
+        elif req.policy.similarity_threshold is not None:
+            threshold = req.policy.similarity_threshold
+        else:
+            threshold = self._settings.semantic_threshold
+        try:
+            res = await self._semantic.lookup(model=req.model, version=req.version,
+                                              text=req.text, threshold=threshold,
+                                              ttl_s=req.policy.ttl_s)
+        except Exception:
+            log.exception("semantic cache lookup failed for %s@%s", req.model, req.version)
+            self._counters.inc("semantic.error")
+            return None
+        self._counters.inc("semantic.guard_rejected", res.guard_rejections)
+        if res.answer is None:
+            self._counters.inc("semantic.miss")
+        return res
+
+    def _serve_semantic(self, req: _Request, res: SemanticLookup,
+                        compute: Compute) -> tuple[CachedAnswer, CacheOutcome] | None:
+        """The hit to return, or None when verified mode decides to compute instead."""
+        assert res.answer is not None and res.similarity is not None
+        hit = (res.answer, CacheOutcome("semantic", similarity=res.similarity))
+        if self._verifier is None or res.entry is None:
+            self._counters.inc("semantic.hit")
+            return hit
+        decision = self._verifier.decide(res.entry, res.similarity)
+        if not decision.serve:
+            self._counters.inc(f"semantic.verify.{decision.reason}")
+            return None
+        self._counters.inc("semantic.hit")
+        if decision.verify:
+            self._spawn(self._verify_in_background(res, compute), "semantic.verify.dropped")
+        return hit
+
+    async def _verify_in_background(self, res: SemanticLookup, compute: Compute) -> None:
+        try:
+            fresh, cacheable = await compute()
+        except Exception as e:  # noqa: BLE001 - verification never affects an answer
+            log.info("semantic hit verification failed: %s", e)
+            self._counters.inc("semantic.verify.error")
+            return
+        if cacheable:  # a degraded fresh answer proves nothing
+            self._verified(res, fresh, served=True)
+
+    def _verified(self, res: SemanticLookup, fresh: CachedAnswer, *, served: bool) -> None:
+        assert self._verifier is not None and res.entry is not None
+        assert res.answer is not None and res.similarity is not None
+        ok = same_answer(res.answer, fresh)
+        self._verifier.record(res.entry, res.similarity, ok, served=served)
+        self._counters.inc(f"semantic.verify.{'right' if ok else 'wrong'}")
 
     def _from_redis(self, key: str, payload: bytes, policy: CacheConfig) -> CachedAnswer | None:
         try:
@@ -242,13 +300,20 @@ class ResultCache:
         if semantic:
             self._spawn_semantic_write(model, version, text or "", vec, payload)
 
+    def _spawn(self, work: Coroutine[Any, Any, None], dropped: str) -> None:
+        """Run ``work`` in the background, bounded by ``max_pending_writes`` (else counted)."""
+        if len(self._pending) >= self._settings.max_pending_writes:
+            work.close()
+            self._counters.inc(dropped)
+            return
+        task = asyncio.ensure_future(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
     def _spawn_semantic_write(
         self, model: str, version: str, text: str, vec: np.ndarray | None, payload: bytes
     ) -> None:
         assert self._semantic is not None
-        if len(self._pending) >= self._settings.max_pending_writes:
-            self._counters.inc("semantic.write_dropped")
-            return
 
         async def write() -> None:
             try:
@@ -260,9 +325,7 @@ class ResultCache:
                 log.exception("semantic cache write failed for %s@%s", model, version)
                 self._counters.inc("semantic.error")
 
-        task = asyncio.ensure_future(write())
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._spawn(write(), "semantic.write_dropped")
 
     # -- introspection and lifecycle ------------------------------------------------------------
 
@@ -270,6 +333,10 @@ class ResultCache:
         """Snapshot of the counters: ``<tier>.hit|miss|bypass|write...``, ``compute``, ``skip.*``,
         ``single_flight.shared``."""
         return self._counters.snapshot()
+
+    def verification(self) -> VerifierStatus | None:
+        """Verified mode's figures (observed error rate, threshold), None when it is off."""
+        return None if self._verifier is None else self._verifier.status()
 
     @property
     def redis_available(self) -> bool | None:

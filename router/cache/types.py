@@ -106,6 +106,33 @@ class CacheSettings(BaseModel):
     semantic_top_k: int = Field(
         default=3, ge=1, le=32, description="Neighbours checked per lookup."
     )
+    verify_max_error_rate: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="Verified mode (vCache-style) when set: semantic hits are served only where "
+        "the error rate observed by verification stays within this bound; per-entry learned "
+        "thresholds replace semantic_threshold. Off (plain threshold) when omitted.",
+    )
+    verify_sample_rate: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Verified mode: share of served semantic hits re-computed in the background "
+        "and compared with the cached answer.",
+    )
+    verify_min_similarity: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        description="Verified mode: candidates below this similarity are plain misses (not "
+        "compared).",
+    )
+    verify_window: int = Field(
+        default=5000,
+        ge=10,
+        description="Verified mode: last verification outcomes the global threshold uses.",
+    )
     max_pending_writes: int = Field(
         default=256,
         ge=1,

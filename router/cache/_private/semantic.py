@@ -33,12 +33,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SemanticLookup:
-    """Result of one lookup: ``answer`` set on a hit; ``similarity`` of the best candidate."""
+    """Result of one lookup: ``answer`` set on a hit; ``similarity`` of the best candidate;
+    ``entry`` identifies the hit's store entry (verified mode keeps evidence per entry)."""
 
     answer: CachedAnswer | None
     similarity: float | None
     embedding: np.ndarray
     guard_rejections: int = 0
+    entry: tuple[str, int] | None = None
 
 
 def _store_dirname(model: str, version: str, embedder: Embedder) -> str:
@@ -145,7 +147,8 @@ class SemanticTier:
             if self._clock() - created_at >= ttl_s:
                 continue
             store.hit_cache_callback((dist, ident))
-            return SemanticLookup(answer, sim, vec, rejections)
+            entry = (_store_dirname(model, version, self._embedder), int(ident))
+            return SemanticLookup(answer, sim, vec, rejections, entry)
         return SemanticLookup(None, best, vec, rejections)
 
     def _store_sync(
