@@ -142,8 +142,9 @@ _EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
     ("usage", "deploy.usage:main", "requests and device-seconds per caller from the call log"),
     ("alerts", {"test": "alerting.cli:alerts_test"}, "alerts test: send a test notification"),
     ("routes", {"retrain": "deploy.routes_cli:retrain_main",
-                "calibrate": "deploy.routes_cli:calibrate_main"},
-     "routes retrain|calibrate: train the predictive router, calibrate a threshold"),
+                "calibrate": "deploy.routes_cli:calibrate_main",
+                "evaluate": "deploy.text_routes_cli:evaluate_main"},
+     "routes retrain|calibrate|evaluate: train, calibrate, evaluate a router"),
 ]
 
 

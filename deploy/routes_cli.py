@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deploy.text_routes_cli import add_text_args, text_calibrate, text_retrain
 from router.route_training import (
     calibrate_route,
     needs_expensive,
@@ -73,7 +74,17 @@ def calibrate_main(argv: Sequence[str] | None = None, *, loader: Loader = _torch
     ap.add_argument("--data", default=None, help=".npz with the input array and 'labels'")
     ap.add_argument("--input", default="pixels", help="input tensor name")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write the file")
+    ap.add_argument("--outcomes", default=None,
+                    help="text route: calibrate on this outcome log's held-out part")
+    ap.add_argument("--target-quality-fraction", type=float, default=None,
+                    help="text route: reach this fraction of the expensive model's quality")
+    add_text_args(ap)
     args = ap.parse_args(argv)
+    if args.outcomes:
+        if (args.target_expensive_share is None) == (args.target_quality_fraction is None):
+            ap.error("with --outcomes give one of --target-expensive-share, "
+                     "--target-quality-fraction")
+        return text_calibrate(args)
     if args.target_expensive_share is None and args.target_accuracy is None:
         ap.error("give --target-expensive-share and/or --target-accuracy")
     try:
@@ -111,7 +122,8 @@ def calibrate_main(argv: Sequence[str] | None = None, *, loader: Loader = _torch
 
 def retrain_main(argv: Sequence[str] | None = None) -> int:
     """``timeshare routes retrain --route NAME --log OUTCOMES.jsonl [--routes FILE]
-    [--out SCORER.safetensors] [--uses-cheap] [--c 1.0]``.
+    [--out SCORER.safetensors] [--uses-cheap] [--c 1.0]``, or for a text route
+    ``--outcomes TEXT_OUTCOMES.jsonl`` (``deploy.text_routes_cli``).
 
     Trains the predictive scorer from the outcome log and writes it to ``--out`` (default: the
     route's ``predictive_model``). Recalibrate the threshold afterwards with
@@ -119,13 +131,18 @@ def retrain_main(argv: Sequence[str] | None = None) -> int:
     """
     ap = argparse.ArgumentParser(prog="timeshare routes retrain")
     ap.add_argument("--route", required=True)
-    ap.add_argument("--log", required=True, help="outcome log (JSON lines)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--log", help="tensor outcome log (JSON lines, see router.route_training)")
+    src.add_argument("--outcomes", help="text outcome log (JSON lines, see router.text_routing)")
+    add_text_args(ap, c=False)
     ap.add_argument("--routes", default="deploy/routes.yaml")
     ap.add_argument("--out", default=None)
     ap.add_argument("--uses-cheap", action="store_true",
                     help="also use the cheap model's confidence (scores after cheap runs)")
     ap.add_argument("--c", type=float, default=1.0, help="inverse L2 strength")
     args = ap.parse_args(argv)
+    if args.outcomes:
+        return text_retrain(args)
     try:
         out = args.out
         if out is None:

@@ -52,6 +52,7 @@ __all__ = [
     "RouteRequest",
     "RouteStrategy",
     "StaticStrategy",
+    "TEXT_FEATURE",
     "Verdict",
     "cheap_features",
     "confidence",
@@ -60,6 +61,9 @@ __all__ = [
     "merge_rows",
     "strategy_names",
 ]
+
+TEXT_FEATURE = "text_embedding"
+"""Input name under which a scorer reads the request text's embedding (the router adds it)."""
 
 ConfidenceMeasure = Literal["max_softmax", "margin"]
 CONFIDENCE_MEASURES: tuple[str, ...] = ("max_softmax", "margin")
@@ -243,6 +247,11 @@ class RouteStrategy:
         self.threshold = threshold
         self.shadow_rate = shadow_rate
 
+    @property
+    def reads_text(self) -> bool:
+        """Whether ``plan`` needs the request text's embedding (input ``TEXT_FEATURE``)."""
+        return False
+
     def escalate(self, scores: np.ndarray) -> np.ndarray:
         """The one rule: a row goes to the expensive model iff its score < threshold."""
         if self.threshold is None:
@@ -326,6 +335,10 @@ class PredictiveStrategy(RouteStrategy):
                  threshold: float = 0.5, **kw: Any) -> None:
         super().__init__(cheap=cheap, expensive=expensive, threshold=threshold, **kw)
         self.scorer = scorer
+
+    @property
+    def reads_text(self) -> bool:
+        return TEXT_FEATURE in self.scorer.input_names
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         if self.scorer.uses_cheap:

@@ -89,14 +89,17 @@ class Ingress:
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
         routes = load_routes(s.routes) if s.routes else {}
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
-        self.cache = ResultCache(s.cache, embedder=_embedder(s), on_event=self._on_cache_event)
+        strategies = {n: build_strategy(rc, base_dir=base) for n, rc in routes.items()}
+        # One shared embedder: a text route's embedding is the semantic cache's (#18).
+        text = _embedder(s, routes_read_text=any(st.reads_text for st in strategies.values()))
+        self.cache = ResultCache(s.cache, embedder=text, on_event=self._on_cache_event)
         register_error_rate_metric(self.telemetry.meter_provider, self.cache.verification)
         self.pipeline = Pipeline(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
                                   admission=s.admission, pool_capacity=s.pool_capacity),
             routes=routes,
-            strategies={n: build_strategy(rc, base_dir=base) for n, rc in routes.items()},
+            strategies=strategies, text_embedder=text,
             cache=self.cache, breakers=self.breakers,
             quotas=CallerQuotas(s.quotas) if s.quotas else None,
             load=lambda pool: self._load.get(pool, ()),
@@ -378,9 +381,9 @@ def _digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def _embedder(s: AppSettings):
-    if not s.cache.semantic_dir:
+def _embedder(s: AppSettings, *, routes_read_text: bool = False):
+    if not s.cache.semantic_dir and not routes_read_text:
         return None
-    from router.cache import MiniLMEmbedder
+    from router.cache import MiniLMEmbedder, SharedEmbedder
 
-    return MiniLMEmbedder.load()
+    return SharedEmbedder(MiniLMEmbedder.load())

@@ -36,7 +36,7 @@ from policies.priority import Priority
 from policies.routing import RouteStrategy
 from pool.config import ModelConfig
 from pool.work import PoolWork
-from router.cache import CachedAnswer, CacheOutcome, ResultCache
+from router.cache import CachedAnswer, CacheOutcome, Embedder, ResultCache
 from router.catalog import ModelCatalog, config_of
 from router.pool_client import PoolClient, PoolExecutor, RoutedRequest
 from router.route_runner import RouteRunner
@@ -101,6 +101,7 @@ class Pipeline:
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
         wall: Callable[[], float] = time.time,
+        text_embedder: Embedder | None = None,
     ) -> None:
         self.catalog = catalog
         self.pools = dict(pools)
@@ -121,7 +122,8 @@ class Pipeline:
                                   default_pool="gpu" if "gpu" in self.pools else "cpu")
         self.route_runner = RouteRunner(
             routes or {}, strategies or {}, self._answer, catalog, pools=tuple(self.pools),
-            load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng)
+            load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng,
+            text_embedder=text_embedder)
         self._in_flight: dict[tuple[str, Priority], int] = {}
 
     @property

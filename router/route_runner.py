@@ -20,9 +20,11 @@ from fallbacks import Deadline, PoolName
 from fallbacks.tasks import cancel_and_wait
 from policies.estimates import ewma
 from policies.priority import Priority
-from policies.routing import PlanKind, RouteRequest, RouteStrategy, merge_rows
+from policies.routing import TEXT_FEATURE, PlanKind, RouteRequest, RouteStrategy, merge_rows
 from policies.spill import SpillState, decide_spill
+from router.cache.embedder import Embedder
 from router.catalog import ModelCatalog, config_of
+from router.errors import InvalidRequest
 from router.routes import RouteConfig
 from router.schemas import InferenceRequest, InferenceResponse, RouteInfo
 from router.validation import validate_inputs
@@ -49,9 +51,14 @@ class RouteRunner:
                  answer: AnswerFn, catalog: ModelCatalog, *, pools: Sequence[str],
                  load: Callable[[str], Sequence], default_deadline_ms: float,
                  clock: Callable[[], float] = time.monotonic,
-                 rng: Callable[[], float]) -> None:
+                 rng: Callable[[], float], text_embedder: Embedder | None = None) -> None:
         self.routes = dict(routes)
         self.strategies = dict(strategies)
+        text_routes = sorted(n for n, st in self.strategies.items() if st.reads_text)
+        if text_routes and text_embedder is None:
+            raise ValueError(f"routes {text_routes} score the request text but no text embedder "
+                             "was given (pass the app's shared MiniLM embedder)")
+        self._embedder = text_embedder
         self._answer = answer
         self._catalog = catalog
         self._primary = "gpu" if "gpu" in pools else "cpu"
@@ -77,7 +84,8 @@ class RouteRunner:
         first_model = rc.cheap or rc.expensive or ""
         entry, _ = await self._catalog.resolve(first_model, None)
         inputs = validate_inputs(config_of(entry), req.inputs)  # strategies score validated inputs
-        rreq = RouteRequest(inputs=inputs, priority=req.priority,
+        scored = await self._with_text(rc, req, inputs) if strategy.reads_text else inputs
+        rreq = RouteRequest(inputs=scored, priority=req.priority,
                             deadline_s=deadline.remaining(), shadow_draw=self._rng())
         plan = strategy.plan(rreq)
         info = RouteInfo(route=rc.name, strategy=plan.strategy, decision=plan.decision)
@@ -99,6 +107,18 @@ class RouteRunner:
             yield await self._spillable(req, rc, plan.first, info, run, deadline, [])
             return
         yield await self._cascade(req, rc, strategy, plan, rreq, info, run, deadline)
+
+    async def _with_text(self, rc: RouteConfig, req: InferenceRequest,
+                         inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``inputs`` plus the text's embedding (one per request: the embedder is shared with
+        the semantic cache, which then reuses it), repeated for every input row."""
+        if not req.text:
+            raise InvalidRequest(f"text: route {rc.name!r} routes on the request text; send "
+                                 "'text' (parameters.text over HTTP)", field="text")
+        assert self._embedder is not None
+        vec = (await asyncio.to_thread(self._embedder.embed, [req.text]))[0]
+        rows = next(iter(inputs.values())).shape[0] if inputs else 1
+        return {**inputs, TEXT_FEATURE: np.repeat(vec[None, :].astype(np.float64), rows, 0)}
 
     async def _cascade(self, req, rc: RouteConfig, strategy: RouteStrategy, plan, rreq,
                        info: RouteInfo, run, deadline: Deadline) -> InferenceResponse:
@@ -156,11 +176,15 @@ class RouteRunner:
 
         async def go() -> None:
             from router.route_training import outcome_line
+            from router.text_routing import text_outcome_line
 
             try:
                 exp = await expensive
                 line = outcome_line(rc.name, req.inputs, cheap.outputs[rc.output],
                                     exp.outputs[rc.output])
+                if req.text:  # the text format (router.text_routing); reference: expensive
+                    line = text_outcome_line(rc.name, req.text, _agree(cheap, exp, rc.output),
+                                             True, inputs=req.inputs)
                 await asyncio.to_thread(_append, path, line)
             except Exception as e:  # noqa: BLE001 - shadow traffic never affects the answer
                 log.info("shadow run for %s failed: %s", rc.name, e)
@@ -172,6 +196,15 @@ class RouteRunner:
     async def close(self) -> None:
         """Cancel the background (shadow) runs; the pipeline's owner calls it on shutdown."""
         await cancel_and_wait(list(self._background))
+
+
+def _agree(cheap: InferenceResponse, exp: InferenceResponse, output: str) -> bool:
+    """Whether the cheap answer matches the expensive one (per-row argmax of ``output``)."""
+    c, e = np.asarray(cheap.outputs[output]), np.asarray(exp.outputs[output])
+    if c.shape != e.shape:
+        return False
+    rows = c.shape[0] if c.ndim else 1
+    return bool(np.array_equal(c.reshape(rows, -1).argmax(1), e.reshape(rows, -1).argmax(1)))
 
 
 def _append(path: str, line: str) -> None:

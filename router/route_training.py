@@ -42,6 +42,7 @@ from policies.routing import LinearScorer, RouteStrategy
 __all__ = [
     "Outcomes",
     "calibrate_route",
+    "fit_logistic",
     "load_scorer",
     "needs_expensive",
     "outcome_line",
@@ -144,7 +145,7 @@ def needs_expensive(cheap_logits: np.ndarray, expensive_logits: np.ndarray,
     return (c != labels) & (e == labels)
 
 
-def _fit_logistic(x: np.ndarray, y: np.ndarray, c: float, *,
+def fit_logistic(x: np.ndarray, y: np.ndarray, c: float, *,
                   iters: int = 50) -> tuple[np.ndarray, float]:
     """L2 logistic regression by Newton's method, classes balanced (sklearn's objective:
     ``c * weighted log-loss + ||w||^2 / 2``, intercept unpenalised). ``iters`` bounds the loop."""
@@ -181,7 +182,7 @@ def train_scorer(outcomes: Outcomes, *, input_names: Sequence[str] | None = None
         p = 0.999 if y.all() else 0.001
         return LinearScorer(np.zeros(x.shape[1]), float(np.log(p / (1 - p))), mean, scale,
                             names, uses_cheap)
-    weight, bias = _fit_logistic((x - mean) / scale, y.astype(np.float64), c)
+    weight, bias = fit_logistic((x - mean) / scale, y.astype(np.float64), c)
     return LinearScorer(weight, bias, mean, scale, names, uses_cheap)
 
 

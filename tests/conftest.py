@@ -69,3 +69,11 @@ def redis_url():
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The bundled MiniLM embedder, loaded once per session (a few seconds)."""
+    from router.cache import MiniLMEmbedder
+
+    return MiniLMEmbedder.load()

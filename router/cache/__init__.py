@@ -10,7 +10,7 @@ The pipeline makes one call per request::
     response.cache, response.similarity = outcome.tier, outcome.similarity
 """
 
-from router.cache.embedder import Embedder, MiniLMEmbedder
+from router.cache.embedder import Embedder, MiniLMEmbedder, SharedEmbedder
 from router.cache.facade import Compute, ResultCache
 from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings, CacheTier
 
@@ -23,4 +23,5 @@ __all__ = [
     "Embedder",
     "MiniLMEmbedder",
     "ResultCache",
+    "SharedEmbedder",
 ]

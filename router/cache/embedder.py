@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Embedder", "MiniLMEmbedder"]
+__all__ = ["Embedder", "MiniLMEmbedder", "SharedEmbedder"]
 
 
 class Embedder(ABC):
@@ -84,3 +86,52 @@ class MiniLMEmbedder(Embedder):
             show_progress_bar=False,
         )
         return np.asarray(vecs, dtype=np.float32)
+
+
+class SharedEmbedder(Embedder):
+    """One embedding per text across its users: the text router and the semantic cache share
+    an instance, so a request's text is embedded once (``computed`` counts real embeddings).
+
+    A bounded memo (``max_texts``, least recent dropped) keyed by the exact text; thread-safe
+    (the semantic tier embeds on its worker thread, the router on another).
+    """
+
+    def __init__(self, inner: Embedder, *, max_texts: int = 4096) -> None:
+        self._inner = inner
+        self._max = max_texts
+        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.computed = 0  # texts the inner embedder actually embedded
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        if missing:
+            vecs = self._inner.embed(missing)
+            with self._lock:
+                self.computed += len(missing)
+                for t, v in zip(missing, vecs, strict=True):
+                    v = np.array(v, dtype=np.float32)
+                    v.setflags(write=False)
+                    self._memo[t] = v
+                    self._memo.move_to_end(t)
+                while len(self._memo) > self._max:
+                    self._memo.popitem(last=False)
+        with self._lock:
+            out = []
+            for t in texts:
+                v = self._memo.get(t)
+                if v is None:  # dropped by a concurrent burst: embed it again (rare)
+                    v = self._inner.embed([t])[0]
+                else:
+                    self._memo.move_to_end(t)
+                out.append(v)
+        return np.stack(out).astype(np.float32, copy=False)

@@ -117,9 +117,3 @@ def own_redis():
     finally:
         server.kill()
 
-
-@pytest.fixture(scope="session")
-def minilm():
-    from router.cache import MiniLMEmbedder
-
-    return MiniLMEmbedder.load()
