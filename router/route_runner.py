@@ -104,7 +104,14 @@ class RouteRunner:
                               [plan.first, plan.then])
             return
         if plan.kind is PlanKind.SINGLE:
-            yield await self._spillable(req, rc, plan.first, info, run, deadline, [])
+            resp = await self._spillable(req, rc, plan.first, info, run, deadline, [])
+            if plan.shadow and rc.cheap and rc.expensive and not resp.degraded:
+                # A learned router's training data: the model it did not pick runs too.
+                if plan.first == rc.cheap:
+                    self._shadow(rc, req, resp, run(rc.expensive))
+                else:
+                    self._shadow(rc, req, None, run(rc.cheap), expensive_answer=resp)
+            yield resp
             return
         yield await self._cascade(req, rc, strategy, plan, rreq, info, run, deadline)
 
@@ -166,12 +173,13 @@ class RouteRunner:
         return _with_route(resp, spilled, [*ran, rc.cheap]).model_copy(
             update={"degraded": True, "reason": resp.reason or f"spilled to cheap: {d.reason}"})
 
-    def _shadow(self, rc: RouteConfig, req: InferenceRequest, cheap: InferenceResponse,
-                expensive) -> None:
-        """Run the other model too (in the background) and log both outcomes for training."""
+    def _shadow(self, rc: RouteConfig, req: InferenceRequest, cheap: InferenceResponse | None,
+                other, *, expensive_answer: InferenceResponse | None = None) -> None:
+        """Run the other model too (in the background) and log both outcomes for training:
+        ``other`` runs the expensive model (or, with ``expensive_answer``, the cheap one)."""
         path = rc.outcome_log
         if not path:
-            expensive.close()
+            other.close()
             return
 
         async def go() -> None:
@@ -179,7 +187,12 @@ class RouteRunner:
             from router.text_routing import text_outcome_line
 
             try:
-                exp = await expensive
+                nonlocal cheap
+                if expensive_answer is None:
+                    exp = await other
+                else:
+                    exp, cheap = expensive_answer, await other
+                assert cheap is not None
                 line = outcome_line(rc.name, req.inputs, cheap.outputs[rc.output],
                                     exp.outputs[rc.output])
                 if req.text:  # the text format (router.text_routing); reference: expensive

@@ -33,8 +33,7 @@ def _semantic(repo, model):
     path.write_text(yaml.safe_dump(cfg))
 
 
-@pytest.fixture
-async def setup(demo_repo, minilm, tmp_path):
+async def _build(demo_repo, minilm, tmp_path, *, shadow_log=None):
     for m in ("digits-small", "digits-large"):
         _semantic(demo_repo, m)
     host = ModelHost(ModelRepository(demo_repo, settle_s=0),
@@ -48,12 +47,21 @@ async def setup(demo_repo, minilm, tmp_path):
     # A scorer on the text alone: "cheap suffices" along one direction of the embedding.
     direction = minilm.embed(["account password email"])[0].astype(np.float64)
     scorer = LinearScorer(direction * 20, -5.0, np.zeros(384), np.ones(384), (TEXT_FEATURE,))
+    rate = 0.0 if shadow_log is None else 1.0
     strategy = make_strategy("predictive", cheap="digits-small", expensive="digits-large",
-                             scorer=scorer, threshold=0.5)
+                             scorer=scorer, threshold=0.5, shadow_rate=rate)
+    routes = load_routes([{**ROUTES["ask"].model_dump(), "shadow_rate": rate,
+                           "outcome_log": shadow_log}])
     cache = ResultCache(CacheSettings(semantic_dir=str(tmp_path / "sem")), embedder=shared)
     p = Pipeline(ModelCatalog(fetch), {"cpu": LocalPoolClient(host)},
-                 config=PipelineConfig(default_deadline_ms=5000), routes=ROUTES,
+                 config=PipelineConfig(default_deadline_ms=5000), routes=routes,
                  strategies={"ask": strategy}, cache=cache, text_embedder=shared)
+    return p, cache, shared, host
+
+
+@pytest.fixture
+async def setup(demo_repo, minilm, tmp_path):
+    p, cache, shared, host = await _build(demo_repo, minilm, tmp_path)
     yield p, cache, shared
     await p.close()
     await cache.close()
@@ -96,3 +104,32 @@ def test_a_text_route_without_an_embedder_fails_at_load():
 
     with pytest.raises(ValueError, match=r"routes \['ask'\] score the request text"):
         Pipeline(ModelCatalog(fetch), {}, routes=ROUTES, strategies={"ask": strategy})
+
+
+async def test_shadow_runs_of_a_text_route_write_the_text_outcome_format(demo_repo, minilm,
+                                                                        tmp_path):
+    import asyncio
+    import json
+
+    log = tmp_path / "outcomes.jsonl"
+    p, cache, shared, host = await _build(demo_repo, minilm, tmp_path, shadow_log=str(log))
+    try:
+        x = load_splits("digits").test_x
+        texts = ["How do I reset my account password?", "Prove there are infinitely many primes"]
+        for i, text in enumerate(texts):
+            await p.infer(InferenceRequest(model="ask", inputs={"pixels": x[i:i + 1]}, text=text))
+        for _ in range(200):  # the other model runs in the background
+            if not p.route_runner._background:
+                break
+            await asyncio.sleep(0.02)
+        await cache.drain()
+    finally:
+        await p.close()
+        await cache.close()
+        await host.worker.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(rec["text"] for rec in lines) == sorted(texts)
+    for rec in lines:
+        assert rec["route"] == "ask" and rec["expensive_ok"] is True
+        assert isinstance(rec["cheap_ok"], bool) and "pixels" in rec["inputs"]
+    assert shared.computed == 2  # the shadow runs reused the request's embedding
