@@ -134,7 +134,7 @@ def retrain_main(argv: Sequence[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--log", help="tensor outcome log (JSON lines, see router.route_training)")
     src.add_argument("--outcomes", help="text outcome log (JSON lines, see router.text_routing)")
-    add_text_args(ap, c=False)
+    add_text_args(ap, own=False)
     ap.add_argument("--routes", default="deploy/routes.yaml")
     ap.add_argument("--out", default=None)
     ap.add_argument("--uses-cheap", action="store_true",

@@ -30,9 +30,9 @@ from router.text_routing import (
     TextOutcomes,
     calibrate_text_route,
     evaluate,
-    features_of,
     read_text_outcomes,
     split_rows,
+    text_scores,
     train_text_scorer,
 )
 
@@ -70,15 +70,22 @@ def _train(args: argparse.Namespace, embed: Embed) -> tuple[Any, TextOutcomes, T
         if y.all() or not y.any():
             raise ValueError(f"{args.outcomes}: the {name} split has one class only; "
                              "more lines are needed")
-    return train_text_scorer(tr, embed, c=args.c), tr, ho
+    scorer = train_text_scorer(tr, embed, use_inputs=args.use_inputs,
+                               uses_cheap=args.uses_cheap, c=args.c)
+    return scorer, tr, ho
 
 
-def add_text_args(ap: argparse.ArgumentParser, *, c: bool = True) -> None:
-    """Arguments every text command shares (``c=False``: the parser already has ``--c``)."""
+def add_text_args(ap: argparse.ArgumentParser, *, own: bool = True) -> None:
+    """Arguments every text command shares (``own=False``: the parser already has ``--c`` and
+    ``--uses-cheap``, as ``retrain`` does)."""
     ap.add_argument("--held-out", type=float, default=0.3, help="held-out share (default 0.3)")
     ap.add_argument("--seed", type=int, default=0, help="split and random-router seed")
-    if c:
+    ap.add_argument("--use-inputs", action="store_true",
+                    help="text route: also score the lines' tensor 'inputs'")
+    if own:
         ap.add_argument("--c", type=float, default=1.0, help="inverse L2 strength")
+        ap.add_argument("--uses-cheap", action="store_true",
+                        help="also score the cheap model's confidence ('cheap_logits')")
 
 
 def text_retrain(args: argparse.Namespace, *, embed: Embed | None = None) -> int:
@@ -161,7 +168,7 @@ def text_calibrate(args: argparse.Namespace, *, embed: Embed | None = None) -> i
         cfg = _route(args.routes, args.route)
         emb = embed or _embedder()
         scorer, _, ho = _train(args, emb)
-        scores = scorer.score(features_of(ho, emb, scorer.input_names))
+        scores = text_scores(scorer, ho, emb)
         cal = calibrate_text_route(scores, ho, target_share=args.target_expensive_share,
                                    target_quality_fraction=args.target_quality_fraction)
         if not args.dry_run and cal.met:

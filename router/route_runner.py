@@ -197,7 +197,8 @@ class RouteRunner:
                                     exp.outputs[rc.output])
                 if req.text:  # the text format (router.text_routing); reference: expensive
                     line = text_outcome_line(rc.name, req.text, _agree(cheap, exp, rc.output),
-                                             True, inputs=req.inputs)
+                                             True, inputs=req.inputs,
+                                             cheap_logits=cheap.outputs[rc.output])
                 await asyncio.to_thread(_append, path, line)
             except Exception as e:  # noqa: BLE001 - shadow traffic never affects the answer
                 log.info("shadow run for %s failed: %s", rc.name, e)

@@ -4,7 +4,8 @@
 may bring their own)::
 
     {"route": "support", "text": "How do I reset my password?",
-     "cheap_ok": true, "expensive_ok": true, "inputs": {"ids": [[...]]}}   # inputs optional
+     "cheap_ok": true, "expensive_ok": true,
+     "inputs": {"ids": [[...]]}, "cheap_logits": [...]}     # inputs, cheap_logits optional
 
 ``cheap_ok`` / ``expensive_ok``: whether each model's answer was acceptable (graded against a
 reference, a judge, or, without either, the expensive answer). ``read_text_outcomes`` rejects a
@@ -13,7 +14,9 @@ malformed line naming ``file:line`` and the field.
 **The scorer** (``train_text_scorer``): L2-regularised logistic regression (``C`` = 1, classes
 balanced, features standardised; numpy Newton, deterministic) predicting P(cheap answer is good
 enough) from the request text's MiniLM embedding (384 dims, feature name ``text_embedding``),
-optionally with tensor inputs. A row "needs the expensive model" when the cheap answer was not
+optionally with tensor inputs (``use_inputs``) and the cheap model's confidence (``uses_cheap``:
+max softmax, margin, entropy of ``cheap_logits``; the route then decides after the cheap model
+ran, as a cascade). A row "needs the expensive model" when the cheap answer was not
 ok and the expensive one was. Saved as safetensors + JSON metadata; never pickled.
 
 **Evaluation** (``evaluate``): a seeded held-out split (``split_rows``: 30 % by default, seed 0)
@@ -53,6 +56,7 @@ __all__ = [
     "read_text_outcomes",
     "split_rows",
     "text_outcome_line",
+    "text_scores",
     "train_text_scorer",
 ]
 
@@ -67,13 +71,15 @@ class TextOutcomes:
     cheap_ok: np.ndarray
     expensive_ok: np.ndarray
     inputs: dict[str, np.ndarray]
+    cheap_logits: np.ndarray | None = None  # only when every line carried them
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def take(self, idx: np.ndarray) -> TextOutcomes:
         return TextOutcomes(tuple(self.texts[i] for i in idx), self.cheap_ok[idx],
-                            self.expensive_ok[idx], {k: v[idx] for k, v in self.inputs.items()})
+                            self.expensive_ok[idx], {k: v[idx] for k, v in self.inputs.items()},
+                            None if self.cheap_logits is None else self.cheap_logits[idx])
 
     @property
     def cheap_suffices(self) -> np.ndarray:
@@ -82,12 +88,15 @@ class TextOutcomes:
 
 
 def text_outcome_line(route: str, text: str, cheap_ok: bool, expensive_ok: bool, *,
-                      inputs: Mapping[str, Any] | None = None) -> str:
+                      inputs: Mapping[str, Any] | None = None,
+                      cheap_logits: Any | None = None) -> str:
     """One JSON line of the outcome format (no trailing newline)."""
     rec: dict[str, Any] = {"route": route, "text": text, "cheap_ok": bool(cheap_ok),
                            "expensive_ok": bool(expensive_ok)}
     if inputs:
         rec["inputs"] = {k: np.asarray(v).tolist() for k, v in inputs.items()}
+    if cheap_logits is not None:
+        rec["cheap_logits"] = np.asarray(cheap_logits, dtype=np.float64).reshape(-1).tolist()
     return json.dumps(rec, separators=(",", ":"))
 
 
@@ -116,6 +125,7 @@ def read_text_outcomes(path: Path | str, *, route: str, max_rows: int = 1_000_00
     cheap: list[bool] = []
     exp: list[bool] = []
     inputs: dict[str, list[np.ndarray]] = {}
+    logits: list[np.ndarray | None] = []
     seen_routes: set[str] = set()
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -132,8 +142,11 @@ def read_text_outcomes(path: Path | str, *, route: str, max_rows: int = 1_000_00
             try:
                 for k, v in x.items():
                     inputs.setdefault(k, []).append(np.asarray(v, dtype=np.float64).reshape(-1))
+                cl = rec.get("cheap_logits")
+                logits.append(None if cl is None else np.asarray(cl, dtype=np.float64).reshape(-1))
             except (TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{lineno}: field 'inputs': {e}") from None
+                raise ValueError(f"{path}:{lineno}: field 'inputs' or 'cheap_logits': {e}"
+                                 ) from None
             texts.append(rec["text"])
             cheap.append(rec["cheap_ok"])
             exp.append(rec["expensive_ok"])
@@ -142,8 +155,11 @@ def read_text_outcomes(path: Path | str, *, route: str, max_rows: int = 1_000_00
     if not texts:
         raise ValueError(f"{path}: no lines for route {route!r}; routes in the file: "
                          f"{sorted(seen_routes)}")
+    have = [v for v in logits if v is not None]
+    stacked = np.stack(have) if len(have) == len(logits) and len({v.size for v in have}) == 1 \
+        else None
     out = TextOutcomes(tuple(texts), np.array(cheap), np.array(exp),
-                       {k: np.stack(v) for k, v in inputs.items()})
+                       {k: np.stack(v) for k, v in inputs.items()}, stacked)
     y = out.cheap_suffices
     if y.all() or not y.any():
         which = "the cheap model suffices" if y.all() else "the expensive model is needed"
@@ -171,17 +187,31 @@ def features_of(data: TextOutcomes, embed: Embed, names: Sequence[str]
 
 
 def train_text_scorer(data: TextOutcomes, embed: Embed, *, use_inputs: bool = False,
-                      c: float = 1.0) -> LinearScorer:
+                      uses_cheap: bool = False, c: float = 1.0) -> LinearScorer:
     """Fit the scorer on ``data`` (the training split)."""
     if c <= 0:
         raise ValueError(f"c must be > 0, got {c!r}")
+    if uses_cheap and data.cheap_logits is None:
+        raise ValueError("uses_cheap needs 'cheap_logits' (same length) on every line")
+    if use_inputs and not data.inputs:
+        raise ValueError("use_inputs: the lines carry no 'inputs'")
     names = (TEXT_FEATURE, *(sorted(data.inputs) if use_inputs else ()))
-    probe = LinearScorer(np.zeros(1), 0.0, np.zeros(1), np.ones(1), names)
-    x = probe.features(features_of(data, embed, names))
+    probe = LinearScorer(np.zeros(1), 0.0, np.zeros(1), np.ones(1), names, uses_cheap)
+    x = probe.features(features_of(data, embed, names),
+                       data.cheap_logits if uses_cheap else None)
     y = data.cheap_suffices.astype(np.float64)
     mean, scale = x.mean(0), x.std(0) + 1e-6
     weight, bias = fit_logistic((x - mean) / scale, y, c)
-    return LinearScorer(weight, bias, mean, scale, names)
+    return LinearScorer(weight, bias, mean, scale, names, uses_cheap)
+
+
+def text_scores(scorer: LinearScorer, data: TextOutcomes, embed: Embed) -> np.ndarray:
+    """The scorer's P(cheap suffices) for every row of ``data``."""
+    if scorer.uses_cheap and data.cheap_logits is None:
+        raise ValueError("this scorer uses the cheap model's confidence: the lines need "
+                         "'cheap_logits'")
+    return scorer.score(features_of(data, embed, scorer.input_names),
+                        data.cheap_logits if scorer.uses_cheap else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +246,7 @@ def evaluate(scorer: LinearScorer, held_out: TextOutcomes, embed: Embed, *, seed
     if exp_q <= cheap_q:
         raise ValueError(f"held-out quality: expensive {exp_q:.3f} <= cheap {cheap_q:.3f}; "
                          "nothing to route for")
-    scores = scorer.score(features_of(held_out, embed, scorer.input_names))
+    scores = text_scores(scorer, held_out, embed)
     rand = np.random.default_rng(seed).random(len(held_out))
     return {"rows": len(held_out), "cheap_quality": cheap_q, "expensive_quality": exp_q,
             "trained": _report(scores, held_out, cheap_q, exp_q).as_dict(),

@@ -127,3 +127,43 @@ def test_errors_name_the_route_the_line_and_the_class(log_file, routes_file, tmp
         read_text_outcomes(bad, route="assistant-text")
     with pytest.raises(ValueError, match=r"no lines for route 'x'.*'assistant-text'"):
         read_text_outcomes(bad, route="x")
+
+
+def test_text_with_cheap_confidence_and_tensor_inputs(log_file, embed, tmp_path):
+    """Lines may carry tensor ``inputs`` and ``cheap_logits``; a scorer may read all three."""
+    import random
+
+    import numpy as np
+
+    from policies.routing import RouteRequest, make_strategy
+
+    rng = random.Random(5)
+    lines = []
+    for line in log_file.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["route"] != "assistant-text":
+            continue
+        peak = 4.0 if rec["cheap_ok"] else rng.uniform(0.0, 4.0)  # confident when right
+        logits = [peak] + [rng.uniform(-1, 1) for _ in range(4)]
+        lines.append(text_outcome_line(rec["route"], rec["text"], rec["cheap_ok"],
+                                       rec["expensive_ok"], inputs={"len": [len(rec["text"])]},
+                                       cheap_logits=logits))
+    path = tmp_path / "rich.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    data = read_text_outcomes(path, route="assistant-text")
+    assert data.cheap_logits is not None and data.cheap_logits.shape == (len(data), 5)
+    train, held = split_rows(len(data))
+    scorer = train_text_scorer(data.take(train), embed, use_inputs=True, uses_cheap=True)
+    assert scorer.input_names == (TEXT_FEATURE, "len") and scorer.uses_cheap
+    assert scorer.weight.size == 384 + 1 + 3
+    report = evaluate(scorer, data.take(held), embed)
+    assert report["trained"]["cpt50"] + CPT50_MARGIN <= report["random"]["cpt50"]
+    # At serving time such a route decides after the cheap model ran (a cascade).
+    strategy = make_strategy("predictive", cheap="s", expensive="l", scorer=scorer)
+    vec = np.asarray(embed(["How do I reset my password?"]), dtype=np.float64)
+    req = RouteRequest(inputs={TEXT_FEATURE: vec, "len": np.array([[27.0]])})
+    assert strategy.plan(req).decision == "cascade"
+    assert strategy.after_cheap(np.array([[4.0, 0, 0, 0, 0]]), req).decision == "cheap"
+    with pytest.raises(ValueError, match="needs 'cheap_logits'"):
+        train_text_scorer(read_text_outcomes(log_file, route="assistant-text"), embed,
+                          uses_cheap=True)
