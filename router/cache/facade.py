@@ -4,6 +4,11 @@ Lookup order for a model whose policy caches: in-process LRU → Redis (exact) �
 requests of ``mode: semantic`` models) → compute. Identical concurrent misses share one lookup and
 one compute (single flight). Cacheable answers no larger than ``max_value_bytes`` are written to
 every tier that applies. Redis trouble never fails a request: the tier is bypassed and labelled.
+
+Verified mode (``CacheSettings.verify_max_error_rate``, docs/CACHE.md): a semantic candidate is
+served only when ``policies.verified_cache`` says so; a sampled share of served hits is
+re-computed in the background and compared, and a candidate not served is compared with the
+answer computed instead. ``verification()`` reports the observed error rate.
 """
 
 from __future__ import annotations
