@@ -131,6 +131,7 @@ class SharedEmbedder(Embedder):
                 v = self._memo.get(t)
                 if v is None:  # dropped by a concurrent burst: embed it again (rare)
                     v = self._inner.embed([t])[0]
+                    self.computed += 1
                 else:
                     self._memo.move_to_end(t)
                 out.append(v)
