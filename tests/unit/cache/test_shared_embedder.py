@@ -17,7 +17,9 @@ def test_each_text_is_embedded_once_and_the_memo_is_bounded():
     np.testing.assert_array_equal(b[0], b[2])
     np.testing.assert_array_equal(b, inner.embed(["reset my password", "cancel my order",
                                                   "reset my password"]))
-    shared.embed(["third text"])  # bound 2: the least recent ("reset ...") is dropped
+    shared.embed(["third text"])  # bound 2: the least recently used ("cancel ...") is dropped
     shared.embed(["reset my password"])
+    assert shared.computed == 3  # "reset ..." was read last: still there
+    shared.embed(["cancel my order"])
     assert shared.computed == 4
     assert shared.name == inner.name and shared.dimension == inner.dimension
