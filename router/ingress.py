@@ -17,11 +17,13 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from fallbacks import BreakerRegistry, BreakerState, CallerQuotas, StateTransition
+from fallbacks import BreakerRegistry, BreakerState, StateTransition
+from fallbacks.cluster_quotas import ClusterQuotas
 from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
+from router._private.cluster import build_quotas, quota_stores_down
 from router._private.pool_totals import SwapTotals
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 from router.cache import ResultCache
@@ -85,6 +87,7 @@ class Ingress:
         self.counters = CounterRecorder(slow_s=s.slow_request_s)
         self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
                                        max_queue=s.call_log.max_queue)
+        self._quotas = build_quotas(s)  # cluster-wide through Redis when configured (#19)
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
         routes = load_routes(s.routes) if s.routes else {}
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
@@ -96,7 +99,7 @@ class Ingress:
             routes=routes,
             strategies={n: build_strategy(rc, base_dir=base) for n, rc in routes.items()},
             cache=self.cache, breakers=self.breakers,
-            quotas=CallerQuotas(s.quotas) if s.quotas else None,
+            quotas=self._quotas,
             load=lambda pool: self._load.get(pool, ()),
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log)),
@@ -124,6 +127,8 @@ class Ingress:
         await cancel_and_wait(self._tasks)
         await self.pipeline.close()
         await self.call_log.close(timeout_s=2.0)
+        if isinstance(self._quotas, ClusterQuotas):
+            await self._quotas.close()
         if self._local is not None:
             await self._local.close()
 
@@ -163,7 +168,8 @@ class Ingress:
                         if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}),
-                    failing_channels=channels, swaps=self._swaps.total())
+                    failing_channels=channels, swaps=self._swaps.total(),
+                    quota_stores_down=quota_stores_down(self._quotas))
                 for alert in self._evaluator.evaluate(snap):
                     self._alert(alert.to_dict())
             except Exception:  # alerting never takes serving down
