@@ -69,3 +69,11 @@ def test_replica_options_fixed_or_autoscaled() -> None:
     assert sharing_replicas(3, None) == 3 and sharing_replicas(3, auto) == 2
     with pytest.raises(ValueError, match="min_replicas=4 exceeds max_replicas=2"):
         AutoscalingSettings(min_replicas=4, max_replicas=2, target_ongoing_requests=1)
+
+
+def test_prod_overlay_autoscales_the_ingress() -> None:
+    from router.app import build_app
+
+    app = build_app({"repository": "var/x", "environment": "prod"})
+    cfg = app._bound_deployment._deployment_config.autoscaling_config
+    assert (cfg.min_replicas, cfg.max_replicas, cfg.target_ongoing_requests) == (2, 8, 64)
