@@ -23,7 +23,7 @@ from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
-from router._private.cluster import build_quotas, quota_stores_down
+from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
 from router._private.pool_totals import SwapTotals
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 from router.cache import ResultCache
@@ -88,6 +88,7 @@ class Ingress:
         self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
                                        max_queue=s.call_log.max_queue)
         self._quotas = build_quotas(s)  # cluster-wide through Redis when configured (#19)
+        self._views = build_views(s)  # every replica's breakers etc. in /v2/status (#19)
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
         routes = load_routes(s.routes) if s.routes else {}
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
@@ -129,6 +130,7 @@ class Ingress:
         await self.call_log.close(timeout_s=2.0)
         if isinstance(self._quotas, ClusterQuotas):
             await self._quotas.close()
+        await self._views.close()
         if self._local is not None:
             await self._local.close()
 
@@ -144,6 +146,7 @@ class Ingress:
                 for stats in self._load.values():
                     self._swaps.observe(stats)
                 self.breakers.poll()
+                await self._views.publish(self._own_view())
             except Exception as e:  # pools restarting: keep the last view
                 log.warning("catalog refresh failed: %s", e)
             await asyncio.sleep(min(self.settings.poll_interval_s, 1.0))
@@ -185,6 +188,9 @@ class Ingress:
         except Exception as e:  # the alerter restarting: no news is not a failure
             log.warning("alerter channel status unavailable: %s", e)
             return frozenset()
+
+    def _own_view(self) -> dict[str, Any]:
+        return own_view(self.breakers, self._quotas, self.cache.redis_available)
 
     def _alert(self, alert: dict[str, Any]) -> None:
         if self._alerter is not None:
@@ -229,6 +235,8 @@ class Ingress:
                 out["pools"][name] = {"error": f"{type(e).__name__}: {e}"}
         out["breakers"] = {f"{m}@{p}": st.value.lower()
                            for (m, p), st in self.breakers.states().items()}
+        out["replica"] = self._views.replica  # who answered; "ingress": every replica's view
+        out["ingress"] = await self._views.collect(self._own_view())
         out["cache"] = {"counters": self.cache.counters(),
                         "redis_available": self.cache.redis_available}
         out["routes"] = sorted(self.pipeline.routes)

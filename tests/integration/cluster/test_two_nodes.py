@@ -149,6 +149,7 @@ def test_caller_rate_is_cluster_wide_and_survives_redis_loss(cluster) -> None:
         assert set(codes) <= {200, 429}, codes
         assert abs(accepted_rate - RATE) <= 0.1 * RATE, (accepted_rate, codes)
         assert not any(p.get("quota") for _, p in out), "Redis was up: no local decisions"
+        _check_status_names_both_replicas(client)
 
         cluster["redis"].stop()
         down = _open_loop(client, _metered, 3 * RATE, 3.0)
@@ -162,6 +163,16 @@ def test_caller_rate_is_cluster_wide_and_survives_redis_loss(cluster) -> None:
         while time.monotonic() < deadline and not _alerted(receiver):
             time.sleep(0.3)
         assert _alerted(receiver), [r.body for r in receiver.at(HOOK)]
+
+
+def _check_status_names_both_replicas(client: httpx.Client) -> None:
+    """/v2/status, answered by either replica, shows both replicas' breakers, by name."""
+    for _ in range(4):
+        st = client.get("/v2/status", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+        views = st["ingress"]["replicas"]
+        assert st["ingress"]["complete"] and len(views) == 2, st["ingress"]
+        assert st["replica"] in views
+        assert all(isinstance(v["breakers"], dict) and v["node"] for v in views.values()), views
 
 
 def _alerted(receiver) -> bool:
