@@ -36,3 +36,4 @@ class MetricsSnapshot:
     device_memory_used: Mapping[str, float] = field(default_factory=dict)  # device -> 0..1
     cache_tiers_down: frozenset[str] = frozenset()  # e.g. "redis", "semantic"
     failing_channels: frozenset[str] = frozenset()  # channel names
+    quota_stores_down: frozenset[str] = frozenset()  # "redis": caller quotas decided locally

@@ -92,6 +92,8 @@ class RulesConfig(_Strict):
     device_memory_pressure: RuleSettings = _rule(Severity.P3, 300, 0.95)
     cache_tier_down: RuleSettings = _rule(Severity.P3, 60)
     channel_failing: RuleSettings = _rule(Severity.P3, 300)
+    # Quotas degrade to per-replica shares (never failing requests): worth a team message.
+    quota_store_down: RuleSettings = _rule(Severity.P3, 30)
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,7 @@ Over a limit the caller gets ``QuotaExceeded`` (HTTP 429) at once; nobody else s
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -53,6 +54,18 @@ class QuotaConfig(BaseModel):
     max_tracked_callers: int = Field(
         100_000, ge=1, description="Idle callers beyond this are forgotten (LRU)."
     )
+    redis_url: str | None = Field(
+        None, description="Shared Redis for cluster-wide rate limits (one GCRA script per "
+        "request, see fallbacks.cluster_quotas); null = each ingress replica limits locally "
+        "with its share of every rate.")
+    redis_timeout_s: float = Field(
+        0.05, gt=0, le=5, description="Bound on one quota round trip; past it the replica "
+        "decides locally (labelled quota='local').")
+    redis_retry_s: float = Field(
+        1.0, gt=0, le=60, description="After a Redis failure, decide locally this long before "
+        "trying Redis again (one probe, not one timeout per request).")
+    key_prefix: str = Field("timeshare:quota:", min_length=1,
+                            description="Redis key prefix of the per-caller GCRA state.")
 
     def limits_for(self, caller: str) -> CallerLimits:
         """Effective limits of ``caller``."""
@@ -73,12 +86,18 @@ class _State:
 
 
 class QuotaLease:
-    """Holds one concurrency slot until released (idempotent); a context manager."""
+    """Holds one concurrency slot until released (idempotent); a context manager.
 
-    __slots__ = ("_caller", "_quotas", "_released")
+    ``local_fallback`` is True when the rate decision was taken by this replica alone because
+    the cluster-wide store (Redis) was unavailable: answers carry it as ``quota='local'``.
+    """
 
-    def __init__(self, quotas: CallerQuotas, caller: str) -> None:
+    __slots__ = ("_caller", "_quotas", "_released", "local_fallback")
+
+    def __init__(self, quotas: CallerQuotas, caller: str, *, local_fallback: bool = False
+                 ) -> None:
         self._quotas, self._caller, self._released = quotas, caller, False
+        self.local_fallback = local_fallback
 
     def release(self) -> None:
         """Give the slot back (only the first call counts)."""
@@ -96,16 +115,44 @@ class QuotaLease:
 
 
 class CallerQuotas:
-    """Enforces a :class:`QuotaConfig`. Thread-safe; O(1) per call."""
+    """Enforces a :class:`QuotaConfig` in this process. Thread-safe; O(1) per call.
 
-    def __init__(self, config: QuotaConfig | None = None, *, clock: Clock = time.monotonic) -> None:
+    ``share`` scales every limit to this replica's part of a cluster-wide limit (1/N with N
+    ingress replicas): rates and bursts by ``share``, concurrency to ``ceil(limit * share)``,
+    so N replicas admit at most ``N * ceil(limit / N)`` in flight.
+    """
+
+    def __init__(self, config: QuotaConfig | None = None, *, clock: Clock = time.monotonic,
+                 share: float = 1.0) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"share={share} must be in (0, 1]")
         self.config = config or QuotaConfig()
+        self.share = share
         self._clock = clock
         self._lock = threading.Lock()
         self._states: OrderedDict[str, _State] = OrderedDict()
 
-    def acquire(self, caller: str) -> QuotaLease:
-        """Take a slot and a token for ``caller`` or raise ``QuotaExceeded`` (field='caller')."""
+    async def admit(self, caller: str) -> QuotaLease:
+        """The asynchronous entry point the pipeline awaits (a cluster store needs I/O)."""
+        return self.acquire(caller)
+
+    def limits_for(self, caller: str) -> CallerLimits:
+        """This replica's limits of ``caller`` (the configured ones scaled by ``share``)."""
+        lim = self.config.limits_for(caller)
+        if self.share == 1.0:
+            return lim
+        c, r, b = lim.max_concurrency, lim.rate_per_s, lim.burst
+        return CallerLimits(
+            max_concurrency=None if c is None else max(1, math.ceil(c * self.share)),
+            rate_per_s=None if r is None else r * self.share,
+            burst=None if b is None else max(1, round(b * self.share)))
+
+    def acquire(self, caller: str, *, check_rate: bool = True,
+                local_fallback: bool = False) -> QuotaLease:
+        """Take a slot and a token for ``caller`` or raise ``QuotaExceeded`` (field='caller').
+
+        ``check_rate=False`` when the rate was already decided elsewhere (the cluster store).
+        """
         now = self._clock()
         with self._lock:
             st = self._state(caller, now)
@@ -116,16 +163,18 @@ class CallerQuotas:
                     f"({st.in_flight} of {lim.max_concurrency} in flight)",
                     field="caller",
                 )
-            if lim.rate_per_s is not None:
+            if check_rate and lim.rate_per_s is not None:
                 self._refill(st, now)
                 if st.tokens < 1.0:
                     raise QuotaExceeded(
-                        f"caller {caller!r} is over its rate limit ({lim.rate_per_s:g}/s)",
+                        f"caller {caller!r} is over its rate limit ({lim.rate_per_s:g}/s"
+                        + (" on this replica: the cluster quota store is unavailable)"
+                           if local_fallback else ")"),
                         field="caller",
                     )
                 st.tokens -= 1.0
             st.in_flight += 1
-        return QuotaLease(self, caller)
+        return QuotaLease(self, caller, local_fallback=local_fallback)
 
     def in_flight(self, caller: str) -> int:
         """Requests of ``caller`` in flight now."""
@@ -154,7 +203,7 @@ class CallerQuotas:
     def _state(self, caller: str, now: float) -> _State:
         st = self._states.get(caller)
         if st is None:
-            lim = self.config.limits_for(caller)
+            lim = self.limits_for(caller)
             tokens = self._capacity(lim) if lim.rate_per_s is not None else 0.0
             st = _State(lim, 0, tokens, now)
             self._states[caller] = st

@@ -11,6 +11,7 @@ from ray.serve.config import BackpressureConfig, RequestRouterConfig
 
 from pool.deployments import PoolDeployment
 from router.ingress import Ingress
+from router.scaling import replica_options
 from router.settings import AppSettings, device_spec, load_settings
 
 __all__ = ["build_app", "build_from_settings"]
@@ -52,7 +53,7 @@ def build_from_settings(settings: AppSettings) -> Application:
         settings = settings.model_copy(update={"cpu_pool": cpu})
     if cpu.placement == "deployment":
         pools["cpu"] = PoolDeployment.options(  # type: ignore[attr-defined]
-            name="CPUPool", num_replicas=cpu.replicas, **pool_options
+            name="CPUPool", **replica_options(cpu.replicas, cpu.autoscaling), **pool_options
         ).bind(pool="cpu", device=device_spec("cpu", cpu), replicas=cpu.replicas, **common)
     alerter = None
     if settings.alerting is not None:
@@ -66,7 +67,7 @@ def build_from_settings(settings: AppSettings) -> Application:
     # Bounded queues in front of the ingress (#14): Ray's proxy answers 503 with Retry-After
     # at once past max_queued_requests instead of queueing without bound.
     return Ingress.options(  # type: ignore[attr-defined]
-        num_replicas=settings.ingress_replicas,
+        **replica_options(settings.ingress_replicas, settings.ingress_autoscaling),
         max_ongoing_requests=edge.ingress_max_ongoing_requests,
         max_queued_requests=edge.ingress_max_queued_requests,
         backpressure_config=BackpressureConfig(status_code=503, retry_after_s=1),

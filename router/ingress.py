@@ -17,11 +17,13 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from fallbacks import BreakerRegistry, BreakerState, CallerQuotas, StateTransition
+from fallbacks import BreakerRegistry, BreakerState, StateTransition
+from fallbacks.cluster_quotas import ClusterQuotas
 from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
+from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
 from router._private.pool_totals import SwapTotals
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 from router.cache import ResultCache
@@ -86,6 +88,8 @@ class Ingress:
         self.counters = CounterRecorder(slow_s=s.slow_request_s)
         self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
                                        max_queue=s.call_log.max_queue)
+        self._quotas = build_quotas(s)  # cluster-wide through Redis when configured (#19)
+        self._views = build_views(s)  # every replica's breakers etc. in /v2/status (#19)
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
         routes = load_routes(s.routes) if s.routes else {}
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
@@ -101,7 +105,7 @@ class Ingress:
             routes=routes,
             strategies=strategies, text_embedder=text,
             cache=self.cache, breakers=self.breakers,
-            quotas=CallerQuotas(s.quotas) if s.quotas else None,
+            quotas=self._quotas,
             load=lambda pool: self._load.get(pool, ()),
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log)),
@@ -129,6 +133,9 @@ class Ingress:
         await cancel_and_wait(self._tasks)
         await self.pipeline.close()
         await self.call_log.close(timeout_s=2.0)
+        if isinstance(self._quotas, ClusterQuotas):
+            await self._quotas.close()
+        await self._views.close()
         if self._local is not None:
             await self._local.close()
 
@@ -144,6 +151,7 @@ class Ingress:
                 for stats in self._load.values():
                     self._swaps.observe(stats)
                 self.breakers.poll()
+                await self._views.publish(self._own_view())
             except Exception as e:  # pools restarting: keep the last view
                 log.warning("catalog refresh failed: %s", e)
             await asyncio.sleep(min(self.settings.poll_interval_s, 1.0))
@@ -168,7 +176,8 @@ class Ingress:
                         if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}),
-                    failing_channels=channels, swaps=self._swaps.total())
+                    failing_channels=channels, swaps=self._swaps.total(),
+                    quota_stores_down=quota_stores_down(self._quotas))
                 for alert in self._evaluator.evaluate(snap):
                     self._alert(alert.to_dict())
             except Exception:  # alerting never takes serving down
@@ -184,6 +193,9 @@ class Ingress:
         except Exception as e:  # the alerter restarting: no news is not a failure
             log.warning("alerter channel status unavailable: %s", e)
             return frozenset()
+
+    def _own_view(self) -> dict[str, Any]:
+        return own_view(self.breakers, self._quotas, self.cache.redis_available)
 
     def _alert(self, alert: dict[str, Any]) -> None:
         if self._alerter is not None:
@@ -228,6 +240,8 @@ class Ingress:
                 out["pools"][name] = {"error": f"{type(e).__name__}: {e}"}
         out["breakers"] = {f"{m}@{p}": st.value.lower()
                            for (m, p), st in self.breakers.states().items()}
+        out["replica"] = self._views.replica  # who answered; "ingress": every replica's view
+        out["ingress"] = await self._views.collect(self._own_view())
         out["cache"] = {"counters": self.cache.counters(),
                         "redis_available": self.cache.redis_available}
         verified = self.cache.verification()  # vCache-style mode (#18): observed error rate

@@ -29,6 +29,7 @@ from fallbacks import (
     Deadline,
     PoolName,
     PoolThrottles,
+    QuotaLease,
     Target,
 )
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
@@ -136,10 +137,11 @@ class Pipeline:
         if request.model not in self.routes:  # the common case, without the generator's cost
             start = self._clock()
             try:  # a quota rejection (429) is recorded like any other outcome
-                quota = (self.quotas.acquire(request.caller) if self.quotas
+                quota = (await self.quotas.admit(request.caller) if self.quotas
                          else contextlib.nullcontext())
                 with quota:
-                    resp = await self._answer(request, request.model, request.version, start)
+                    resp = _quota_label(
+                        await self._answer(request, request.model, request.version, start), quota)
             except Exception as e:
                 self._record(request, None, e, start)
                 raise
@@ -155,15 +157,18 @@ class Pipeline:
         """Answers in order; one unless the target is a fast-then-refine route."""
         start = self._clock()
         try:  # a quota rejection (429) is recorded like any other outcome
-            quota = self.quotas.acquire(req.caller) if self.quotas else contextlib.nullcontext()
+            quota = (await self.quotas.admit(req.caller) if self.quotas
+                     else contextlib.nullcontext())
             with quota:
                 if req.model in self.routes:
                     async for resp in self.route_runner.run(req, start):
+                        resp = _quota_label(resp, quota)
                         if resp.final:
                             self._record(req, resp, None, start)
                         yield resp
                 else:
-                    resp = await self._answer(req, req.model, req.version, start)
+                    resp = _quota_label(await self._answer(req, req.model, req.version, start),
+                                        quota)
                     self._record(req, resp, None, start)
                     yield resp
         except Exception as e:
@@ -287,3 +292,10 @@ def _broadcast(outputs: Mapping[str, np.ndarray], rows: int, cfg: ModelConfig
             arr = np.repeat(arr, rows, axis=0)
         out[k] = arr
     return out
+
+
+def _quota_label(resp: InferenceResponse, quota: object) -> InferenceResponse:
+    """Label an answer whose rate limit was decided by this replica alone (quota store down)."""
+    if isinstance(quota, QuotaLease) and quota.local_fallback:
+        return resp.model_copy(update={"quota": "local"})
+    return resp

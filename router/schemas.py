@@ -146,3 +146,6 @@ class InferenceResponse(BaseModel):
     final: bool = Field(True, description="False for the early answer of fast-then-refine.")
     caller: str = Field(ANONYMOUS, description="Who was billed: the request's caller.")
     caller_verified: bool = Field(False, description="True when a caller key proved the caller.")
+    quota: Literal["local"] | None = Field(
+        None, description="'local' when the caller's rate limit was decided by one ingress "
+        "replica alone because the cluster quota store (Redis) was unavailable.")

@@ -18,6 +18,7 @@ from policies.admission import AdmissionConfig
 from pool.trust import TrustSettings
 from router.cache import CacheSettings
 from router.edge import EdgeSettings
+from router.scaling import AutoscalingSettings
 
 __all__ = ["PoolSettings", "CpuPoolSettings", "GpuPoolSettings", "AppSettings", "load_settings",
            "device_spec", "cpu_device", "ENV_DIR"]
@@ -44,6 +45,9 @@ class PoolSettings(BaseModel):
 
 
 class CpuPoolSettings(PoolSettings):
+    autoscaling: AutoscalingSettings | None = Field(
+        None, description="Ray Serve autoscaling of the CPU pool deployment (replaces "
+        "'replicas'); docs/SCALING.md. Not used when the pool runs inside the ingress.")
     placement: Literal["auto", "deployment", "ingress"] = Field(
         "auto",
         description="deployment = its own Ray Serve deployment (scales on its own, takes GPU "
@@ -93,6 +97,9 @@ class AppSettings(BaseModel):
     fallback_margin_ms: float = Field(10.0, ge=0, description="Budget kept for the fallback.")
     max_body_bytes: int = Field(32 << 20, gt=0, description="Largest HTTP body accepted (413).")
     ingress_replicas: int = Field(1, ge=1, le=64, description="Ingress replicas.")
+    ingress_autoscaling: AutoscalingSettings | None = Field(
+        None, description="Ray Serve autoscaling of the ingress (replaces ingress_replicas); "
+        "docs/SCALING.md.")
     cpu_pool: CpuPoolSettings = Field(
         default_factory=lambda: CpuPoolSettings(memory_budget_mb=1024),
         description="CPU session pool.",

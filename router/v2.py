@@ -231,6 +231,8 @@ def response_parameters(response: InferenceResponse) -> dict[str, Any]:
     }
     if response.reason:
         params["reason"] = response.reason
+    if response.quota is not None:
+        params["quota"] = response.quota
     if response.similarity is not None:
         params["similarity"] = response.similarity
     if response.route is not None:

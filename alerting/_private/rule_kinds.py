@@ -244,6 +244,13 @@ RULES: dict[str, Callable[[RulesConfig], Rule]] = {
         c.cache_tier_down,
         "cache tier {} is down",
     ),
+    "quota_store_down": lambda c: SetRule(
+        "TimeshareQuotaStoreDown",
+        "quota_stores_down",
+        "store",
+        c.quota_store_down,
+        "quota store {} is down: caller rate limits are per ingress replica",
+    ),
     "channel_failing": lambda c: SetRule(
         "TimeshareAlertChannelFailing",
         "failing_channels",
