@@ -144,6 +144,8 @@ _EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
     ("routes", {"retrain": "deploy.routes_cli:retrain_main",
                 "calibrate": "deploy.routes_cli:calibrate_main"},
      "routes retrain|calibrate: train the predictive router, calibrate a threshold"),
+    ("models", {"push": "deploy.models_cli:push_main", "retire": "deploy.models_cli:retire_main"},
+     "models push DIR | retire NAME VERSION: publish or retire a version over the API"),
 ]
 
 

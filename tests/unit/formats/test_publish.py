@@ -35,7 +35,7 @@ def repo(demo_repo_master, tmp_path_factory) -> Path:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client(repo, tmp_path_factory):
+async def app(repo, tmp_path_factory):
     state = tmp_path_factory.mktemp("publish-state")
     settings = load_settings({
         "repository": str(repo), "state_dir": str(state), "api_key": KEY["X-API-Key"],
@@ -45,10 +45,15 @@ async def client(repo, tmp_path_factory):
     cls = Ingress.func_or_class
     ing = cls.__new__(cls)
     await ing.__init__(settings, {}, None)
-    transport = httpx.ASGITransport(app=ing.__serve_build_asgi_app__())
+    yield ing.__serve_build_asgi_app__()
+    await ing.__del__()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(app):
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://timeshare") as c:
         yield c
-    await ing.__del__()
 
 
 def _tar(files: dict[str, bytes], *, links: dict[str, str] | None = None) -> bytes:
@@ -177,3 +182,33 @@ async def test_bad_archives_get_4xx_naming_file_and_field_and_change_nothing(
         assert r.json()["file"] == file and r.json().get("field") == field, r.json()
     assert _tree(repo) == before
     assert not (repo / "bad").exists()
+
+
+async def test_cli_push_and_retire_over_real_http(app, client, repo, exported_master, tmp_path):
+    import uvicorn
+
+    from deploy.models_cli import push_main, retire_main
+    from tests.conftest import free_port
+
+    folder = tmp_path / "cli-pub"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(config_dict("cli-pub", "onnx")))
+    shutil.copytree(exported_master / "onnx" / "1", folder / "1")
+    shutil.copytree(exported_master / "onnx" / "2", folder / "2")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        url = ["--url", f"http://127.0.0.1:{port}", "--api-key", KEY["X-API-Key"]]
+        assert await asyncio.to_thread(push_main, [str(folder), *url]) == 0  # newest: 2
+        assert sorted(p.name for p in (repo / "cli-pub").iterdir()) == ["2", "config.yaml"]
+        np.testing.assert_allclose(_logits(await _served(client, "cli-pub")), _want(2),
+                                   atol=1e-4)
+        assert await asyncio.to_thread(push_main, [str(folder), *url]) == 1  # 409: exists
+        assert await asyncio.to_thread(retire_main, ["cli-pub", "2", *url]) == 0
+        assert not (repo / "cli-pub" / "2").exists()
+    finally:
+        server.should_exit = True
+        await serving
