@@ -166,9 +166,10 @@ class Publisher:
     def _same_config(self, live_dir: Path, config: ModelConfig, name: str) -> None:
         try:
             live = read_config(live_dir, trust=self.trust)
-        except ModelLoadError:
-            live = None
-        if live is None or live == config:
+        except ModelLoadError as e:
+            raise PublishRefused(409, e.path, f"the live model's config is invalid ({e.detail}); "
+                                 "fix it in the repository first", field=e.field) from None
+        if live == config:
             return
         mine, theirs = config.model_dump(), live.model_dump()
         field = next(k for k in mine if mine[k] != theirs[k])

@@ -125,6 +125,11 @@ async def test_archives_go_live_and_versions_retire(client, repo, exported_maste
     # Same version again: conflict, nothing changed.
     r = await client.post(f"{url}/2", content=_tar(files), headers=KEY)
     assert r.status_code == 409 and r.json()["field"] == "version"
+    # Versions share one config: a different one is a conflict naming the field.
+    r = await client.post(f"{url}/3", headers=KEY, content=_tar(
+        _files(exported_master, "pub", "2", max_batch_size=32)))
+    assert r.status_code == 409 and r.json()["field"] == "max_batch_size", r.text
+    assert not (repo / "pub" / "3").exists()
     r = await client.delete(f"{url}/1", headers=KEY)
     assert r.status_code == 200 and not (repo / "pub" / "1").exists()
     assert (await client.delete(f"{url}/1", headers=KEY)).status_code == 404
