@@ -71,7 +71,7 @@ def _replica(model_dir: str, state_dir: str, seconds: str, start_at: str, pin: s
     from pool.repository import read_config
     from pool.service import cpu_threads_per_replica
 
-    pinning = pin_replica(state_dir, 2) if pin == "1" else None
+    pinning = pin_replica(state_dir, 2, mode="on") if pin == "1" else None
     torch.set_num_threads(len(pinning.cpus) if pinning else cpu_threads_per_replica(2))
     module = load_module(Path(model_dir) / "1", read_config(Path(model_dir)))
     x = torch.rand(64, 64) * 16

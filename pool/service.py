@@ -50,8 +50,7 @@ class PoolService:
         configure_compile_cache(compile_cache_dir or os.path.join(state_dir, "inductor"))
         self.pinning: CpuPinning | None = None
         if spec.kind == "cpu":
-            if spec.pin_cores:
-                self.pinning = pin_replica(state_dir, replicas)
+            self.pinning = pin_replica(state_dir, replicas, mode=spec.pin_cores)
             pinned = len(self.pinning.cpus) if self.pinning else None
             torch.set_num_threads(spec.threads or pinned or cpu_threads_per_replica(replicas))
         accepts = (lambda c: c.device != "cpu") if pool == "gpu" else (lambda c: True)

@@ -42,9 +42,10 @@ class PoolSettings(BaseModel):
         3.0, ge=0, description="CPU devices: chunks estimated at most this long run on the "
                                "pool's event loop instead of a device thread (no thread hop); 0 "
                                "= never. Not used on CUDA, nor by the ingress's in-process pool.")
-    pin_cores: bool = Field(
-        True, description="CPU pools with 2+ replicas on a machine: pin each replica's threads "
-        "to its own share of the physical cores (off: the OS scheduler places them).")
+    pin_cores: Literal["auto", "on", "off"] = Field(
+        "auto", description="CPU pools with 2+ replicas on a machine: pin each replica's "
+        "threads to its own share of the physical cores. auto = on multi-socket machines only "
+        "(on one socket it cost throughput here: docs/FORMATS.md).")
 
 
 class CpuPoolSettings(PoolSettings):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pool._private.cpu_affinity import _claim, physical_cores, pin_replica, plan_cores
+from pool._private.cpu_affinity import _claim, physical_cores, pin_replica, plan_cores, sockets
 
 
 def test_plan_gives_disjoint_shares_one_logical_cpu_per_physical_core():
@@ -28,6 +28,9 @@ def test_topology_groups_hyperthreads_of_a_core(tmp_path):
         (topo / "core_id").write_text(f"{core}\n")
     assert physical_cores({0, 1, 2, 3}, sys_cpu=tmp_path) == [[0, 2], [1, 3]]
     assert physical_cores({0, 9}, sys_cpu=tmp_path) == [[0], [9]]  # 9: no topology
+    assert sockets({0, 1, 2, 3}, sys_cpu=tmp_path) == 1
+    (tmp_path / "cpu3" / "topology" / "physical_package_id").write_text("1\n")
+    assert sockets({0, 1, 2, 3}, sys_cpu=tmp_path) == 2
 
 
 def test_slots_are_claimed_once_and_freed_on_release(tmp_path):
@@ -47,7 +50,8 @@ def test_pin_replica_pins_this_process_and_its_new_threads(tmp_path):
     before = os.sched_getaffinity(0)
     if len(physical_cores(before)) < 2:
         pytest.skip("needs 2 physical cores to pin 2 replicas")
-    pinning = pin_replica(tmp_path, 2)
+    assert pin_replica(tmp_path, 2, mode="off") is None
+    pinning = pin_replica(tmp_path, 2, mode="on")
     try:
         assert pinning is not None and pinning.slot == 0
         assert os.sched_getaffinity(0) == set(pinning.cpus)
