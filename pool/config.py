@@ -140,7 +140,7 @@ class ModelConfig(BaseModel):
         "torchscript", description="Weight format of its versions: model.pt (TorchScript), "
         "model.safetensors (+ architecture), model.pt2 (torch.export.save) or model.onnx.")
     compile: CompileConfig | None = Field(
-        None, description="torch.compile each version at load (torch formats; not onnx).")
+        None, description="torch.compile each version at load (safetensors, torch_export).")
     warmup_batch_sizes: tuple[int, ...] | None = Field(
         None, description="Batch sizes the load-time warm-up runs; default [1], and "
         "[1, max_batch_size] for a compiled model.")
@@ -163,9 +163,9 @@ class ModelConfig(BaseModel):
             raise ValueError(f"input names must be unique, got {names}")
         if self.format == "safetensors" and not self.architecture:
             raise ValueError("format=safetensors needs 'architecture' ('module:factory')")
-        if self.compile is not None and self.format == "onnx":
-            raise ValueError("compile: applies to torch formats, not format=onnx (ONNX Runtime "
-                             "optimises the graph itself)")
+        if self.compile is not None and self.format in ("onnx", "torchscript"):
+            raise ValueError(f"compile: applies to format safetensors or torch_export, not "
+                             f"{self.format} (its runtime optimises the graph itself)")
         bad = [b for b in self.warmup_batch_sizes or () if not 1 <= b <= self.max_batch_size]
         if bad:
             raise ValueError(f"warmup_batch_sizes must lie in 1..max_batch_size "

@@ -140,5 +140,6 @@ def test_compile_config_wraps_once_and_warms_configured_sizes(exported):
     module = load_module(exported / "torch_export" / "1", cfg)
     assert isinstance(module, torch._dynamo.eval_frame.OptimizedModule)
     write_config(exported / "onnx", "onnx", compile={"mode": "default"})
-    with pytest.raises(ModelLoadError, match="compile: applies to torch formats"):
+    with pytest.raises(ModelLoadError, match="compile: applies to format safetensors or "
+                       "torch_export, not onnx"):
         read_config(exported / "onnx")
