@@ -9,7 +9,9 @@ fails. So before calling it, :func:`check_archive` reads the archive itself and 
 anything that would reach one of those paths:
 
 - every weight and constant must be a raw tensor payload (``use_pickle: false``, a
-  ``tensor_constant`` file name), and the payload configs must be present (no legacy layout);
+  ``tensor_constant`` file name), and the payload configs must be present; the torch <= 2.7
+  layout (a top-level ``version`` record), which ``torch.export.load`` falls back to when the
+  current layout fails, is refused outright;
 - every remaining pickled record (``*.pt``: the sample inputs) must load with
   ``torch.load(weights_only=True)`` here, so torch's own first, safe attempt succeeds on the
   same bytes and its unsafe fallback never runs;
@@ -75,11 +77,17 @@ def check_archive(path: Path, shown: str, *, allow_aoti: bool = False) -> bool:
                 raise ModelLoadError(shown, "AOTInductor package (compiled native code) refused: "
                                      "the operator has not set trust.allow_aoti", field="format")
             return True
+        if "version" in z.namelist():
+            # torch.export.load's fallback for torch <= 2.7 archives reads a top-level
+            # "version" and unpickles serialized_*.json/.pt with a weights_only=False retry
+            raise ModelLoadError(shown, "legacy torch.export archive (top-level 'version'); "
+                                 "re-save with torch.export.save from torch >= 2.8",
+                                 field="format")
         for kind in ("weights", "constants"):
             _check_payloads(z, entries, kind, shown)
-        for name, info in entries.items():
-            if name.endswith(".pt"):
-                _check_pickled(z, info, name, shown)
+        for info in z.infolist():
+            if info.filename.endswith(".pt"):
+                _check_pickled(z, info, info.filename, shown)
     return False
 
 

@@ -72,8 +72,13 @@ def _rewrite_zip(path, edit) -> None:
 
 
 class _Canary:
+    """Unpickling it creates ``path``: proof that something unpickled it."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
     def __reduce__(self):
-        return (open, ("/tmp/timeshare-export-canary", "w"))
+        return (open, (self.path, "w"))
 
 
 def test_export_refuses_pickled_records_before_loading(exported, tmp_path):
@@ -93,14 +98,19 @@ def test_export_refuses_pickled_records_before_loading(exported, tmp_path):
 
     # Sample inputs that torch.export.load would retry with weights_only=False: refused, and
     # the object was never built.
-    canary = tmp_path.parent / "canary"
+    canary = tmp_path / "canary"
     v2 = exported / "torch_export" / "2"
-    _rewrite_zip(v2 / "model.pt2", lambda n, d: pickle.dumps(_Canary()) if n.endswith(
+    _rewrite_zip(v2 / "model.pt2", lambda n, d: pickle.dumps(_Canary(canary)) if n.endswith(
         "sample_inputs/model.pt") else d)
     with pytest.raises(ModelLoadError, match="sample_inputs/model.pt: not loadable with "
                        "weights_only=True"):
         load_module(v2, cfg)
     assert not canary.exists()
+    # The torch <= 2.7 layout torch.export.load falls back to (it retries unpickling unsafely).
+    with zipfile.ZipFile(v2 / "model.pt2", "a") as z:
+        z.writestr("version", b"8.0")
+    with pytest.raises(ModelLoadError, match="legacy torch.export archive"):
+        load_module(v2, cfg)
 
 
 def test_export_refuses_aoti_packages_unless_allowed(exported):
