@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import json
-import pickle
 import shutil
 import zipfile
 
@@ -100,7 +100,9 @@ def test_export_refuses_pickled_records_before_loading(exported, tmp_path):
     # the object was never built.
     canary = tmp_path / "canary"
     v2 = exported / "torch_export" / "2"
-    _rewrite_zip(v2 / "model.pt2", lambda n, d: pickle.dumps(_Canary(canary)) if n.endswith(
+    planted = io.BytesIO()
+    torch.save(_Canary(canary), planted)  # torch.load(weights_only=False) would create it
+    _rewrite_zip(v2 / "model.pt2", lambda n, d: planted.getvalue() if n.endswith(
         "sample_inputs/model.pt") else d)
     with pytest.raises(ModelLoadError, match="sample_inputs/model.pt: not loadable with "
                        "weights_only=True"):
