@@ -12,7 +12,8 @@ shape constants that ORT's shape inference must see) stay in the graph. The cost
 constant-fold or pre-pack weights it sees as inputs.
 
 One session per device, built once: the CPU execution provider on the CPU, the CUDA one when
-the weights are bound to a CUDA region. The CUDA path has not run in CI (no GPU here).
+the weights are bound to a CUDA region (GPU machines install ``onnxruntime-gpu`` in place of
+``onnxruntime``). The CUDA path has not run in CI (no GPU here).
 
 Errors name the file and the field: an opset or IR version newer than the installed ``onnx``
 understands, inputs or outputs that do not match the model config, a file ORT cannot load.
@@ -143,6 +144,9 @@ class OnnxModule(nn.Module):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = torch.get_num_threads()
         if device.type == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise RuntimeError("format onnx on a GPU needs the onnxruntime-gpu package (this "
+                                   f"onnxruntime has {ort.get_available_providers()})")
             providers: list[Any] = [("CUDAExecutionProvider", {"device_id": device.index or 0})]
         else:
             providers = ["CPUExecutionProvider"]
