@@ -45,7 +45,7 @@ class PoolSettings(BaseModel):
     pin_cores: Literal["auto", "on", "off"] = Field(
         "auto", description="CPU pools with 2+ replicas on a machine: pin each replica's "
         "threads to its own share of the physical cores. auto = on multi-socket machines only "
-        "(on one socket it cost throughput here: docs/FORMATS.md).")
+        "(on one socket it made no reliable difference here: docs/FORMATS.md).")
 
 
 class CpuPoolSettings(PoolSettings):

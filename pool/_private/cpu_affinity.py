@@ -13,9 +13,10 @@ the slot back). :func:`plan_cores` is the pure decision; :func:`pin_replica` doe
 
 When it helps (``mode``): ``auto`` pins only on a machine with more than one CPU socket, where
 migrating threads lose memory locality (TorchServe's 5-10x case). On this single-socket 2-core
-host, 2 pinned replicas had a 39 % lower p50 but 13 % less throughput than unpinned ones (a
-pinned replica cannot escape a core that other processes keep busy; docs/formats.json), so
-``auto`` leaves single-socket machines to the OS scheduler; ``on`` pins anyway.
+shared host, 2 pinned replicas measured 0.87x and 1.03x the throughput of unpinned ones in two
+runs (docs/FORMATS.md): within the noise, and a pinned replica cannot escape a core that other
+processes keep busy. So ``auto`` leaves single-socket machines to the OS scheduler; ``on`` pins
+anyway.
 """
 
 from __future__ import annotations
