@@ -145,6 +145,8 @@ _EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
                 "calibrate": "deploy.routes_cli:calibrate_main",
                 "evaluate": "deploy.text_routes_cli:evaluate_main"},
      "routes retrain|calibrate|evaluate: train, calibrate, evaluate a router"),
+    ("models", {"push": "deploy.models_cli:push_main", "retire": "deploy.models_cli:retire_main"},
+     "models push DIR | retire NAME VERSION: publish or retire a version over the API"),
 ]
 
 

@@ -5,7 +5,10 @@
 - ``digits-small``: logistic regression on the 8x8 digits (cheap),
 - ``digits-large``: a small CNN on the same data (expensive, more accurate),
 - a zoo of 32 MLPs (4 datasets x widths 16..1024 x depth 1..2) so co-location is real; the depth-2
-  ones are stored as safetensors + architecture import path, the rest as TorchScript.
+  ones are stored as safetensors + architecture import path, the rest as TorchScript;
+- ``digits-large-export`` and ``digits-large-onnx``: digits-large's weights (read back from its
+  safetensors-free TorchScript archive) re-saved with ``torch.export.save`` and exported to ONNX
+  by ``torch.onnx.export``, so the same model exists in every format (``deploy.demo_formats``).
 
 Everything is seeded; each model's held-out accuracy goes into its config (``metadata``) and into
 ``manifest.json`` at the repository root.
@@ -45,6 +48,7 @@ class DemoSpec:
     batch_size: int | None = None  # None = full batch
     fmt: str = "torchscript"
     priority: str = "interactive"
+    source: str | None = None  # another demo model whose trained weights this one re-saves
 
     @property
     def input_name(self) -> str:
@@ -72,6 +76,10 @@ def demo_specs() -> list[DemoSpec]:
                         priority="batch" if width >= 512 else "interactive",
                     )
                 )
+    # Last, so the zoo's seeds (their index) stay as they were.
+    specs += [DemoSpec(f"digits-large-{suffix}", "digits", "deploy.demo_models:digits_cnn",
+                       {"channels": 32}, fmt=fmt, source="digits-large")
+              for suffix, fmt in (("export", "torch_export"), ("onnx", "onnx"))]
     return specs
 
 
@@ -143,9 +151,15 @@ def _model_config(spec: DemoSpec, split: Split, accuracy: float, n_params: int) 
     return cfg
 
 
-def _save(model: nn.Module, spec: DemoSpec, version_dir: Path) -> None:
+def _save(model: nn.Module, spec: DemoSpec, version_dir: Path, n_features: int) -> None:
     version_dir.mkdir(parents=True, exist_ok=True)
-    if spec.fmt == "safetensors":
+    if spec.fmt in ("torch_export", "onnx"):
+        from deploy.demo_formats import save_exported, save_onnx
+
+        example = torch.zeros(2, n_features)
+        save = save_exported if spec.fmt == "torch_export" else save_onnx
+        save(model, example, version_dir, input_name=spec.input_name)
+    elif spec.fmt == "safetensors":
         from safetensors.torch import save_file
 
         save_file({k: v.contiguous() for k, v in model.state_dict().items()},
@@ -185,9 +199,14 @@ def build_demo_repository(
             continue
         t0 = time.perf_counter()
         split = splits.setdefault(spec.dataset, load_splits(spec.dataset, seed))
-        model, acc = _train(spec, split, seed + i)
+        if spec.source is not None:
+            from deploy.demo_formats import trained_source
+
+            model, acc = trained_source(repo, spec.source, _build_module(spec, split), manifest)
+        else:
+            model, acc = _train(spec, split, seed + i)
         n_params = sum(p.numel() for p in model.parameters())
-        _save(model, spec, model_dir / "1")
+        _save(model, spec, model_dir / "1", split.n_features)
         (model_dir / "config.yaml").write_text(
             yaml.safe_dump(_model_config(spec, split, acc, n_params), sort_keys=False)
         )
@@ -195,6 +214,7 @@ def build_demo_repository(
         manifest[spec.name] = {
             "dataset": spec.dataset, "test_accuracy": round(acc, 4), "parameters": n_params,
             "weight_bytes": nbytes, "format": spec.fmt,
+            **({"source": spec.source} if spec.source else {}),
         }
         log.info("built %s acc=%.4f in %.1fs", spec.name, acc, time.perf_counter() - t0)
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True))

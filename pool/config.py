@@ -16,8 +16,13 @@ __all__ = [
     "TensorSpec",
     "CacheConfig",
     "FallbackStep",
+    "CompileConfig",
     "ModelConfig",
+    "FORMATS",
 ]
+
+# Weight formats of a model's versions (see pool.loader for how each is read).
+FORMATS = ("torchscript", "safetensors", "torch_export", "onnx")
 
 # Wire dtype names (Triton / KServe v2 spelling) -> numpy dtype names.
 DTYPES: dict[str, str] = {
@@ -100,6 +105,21 @@ class FallbackStep(BaseModel):
         return self
 
 
+class CompileConfig(BaseModel):
+    """``compile:`` of a model: ``torch.compile`` each version once, when it is loaded.
+
+    Inductor's cache directory is an app setting (``compile_cache_dir``), shared by the replicas
+    of a machine and kept across restarts, so a warm start reuses the compiled kernels.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["default", "reduce-overhead", "max-autotune"] = Field(
+        "default", description="torch.compile mode.")
+    dynamic: bool = Field(True, description="Compile for dynamic batch sizes (one graph for all "
+                          "sizes) instead of one specialisation per size seen.")
+
+
 class ModelConfig(BaseModel):
     """Configuration of one model (all versions share it)."""
 
@@ -116,9 +136,14 @@ class ModelConfig(BaseModel):
     deadline_ms: float | None = Field(None, gt=0, description="Default deadline for its requests.")
     cache: CacheConfig = Field(default_factory=CacheConfig, description="Result cache policy.")
     fallback: tuple[FallbackStep, ...] = Field((), description="Fallback chain, tried in order.")
-    format: Literal["torchscript", "safetensors"] = Field(
-        "torchscript", description="Weight format of its versions."
-    )
+    format: Literal["torchscript", "safetensors", "torch_export", "onnx"] = Field(
+        "torchscript", description="Weight format of its versions: model.pt (TorchScript), "
+        "model.safetensors (+ architecture), model.pt2 (torch.export.save) or model.onnx.")
+    compile: CompileConfig | None = Field(
+        None, description="torch.compile each version at load (safetensors, torch_export).")
+    warmup_batch_sizes: tuple[int, ...] | None = Field(
+        None, description="Batch sizes the load-time warm-up runs; default [1], and "
+        "[1, max_batch_size] for a compiled model.")
     architecture: str | None = Field(
         None, description="For safetensors: 'module:factory' building the nn.Module."
     )
@@ -138,7 +163,21 @@ class ModelConfig(BaseModel):
             raise ValueError(f"input names must be unique, got {names}")
         if self.format == "safetensors" and not self.architecture:
             raise ValueError("format=safetensors needs 'architecture' ('module:factory')")
+        if self.compile is not None and self.format in ("onnx", "torchscript"):
+            raise ValueError(f"compile: applies to format safetensors or torch_export, not "
+                             f"{self.format} (its runtime optimises the graph itself)")
+        bad = [b for b in self.warmup_batch_sizes or () if not 1 <= b <= self.max_batch_size]
+        if bad:
+            raise ValueError(f"warmup_batch_sizes must lie in 1..max_batch_size "
+                             f"({self.max_batch_size}), got {bad}")
         return self
+
+    @property
+    def warmup_sizes(self) -> tuple[int, ...]:
+        """Batch sizes the load-time warm-up runs."""
+        if self.warmup_batch_sizes:
+            return self.warmup_batch_sizes
+        return (1, self.max_batch_size) if self.compile is not None else (1,)
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)

@@ -21,10 +21,11 @@ __all__ = ["PoolDeployment"]
 class PoolDeployment:
     async def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any],  # type: ignore[misc]
                        poll_interval_s: float = 1.0, replicas: int = 1,
-                       trust: TrustSettings | None = None) -> None:
+                       trust: TrustSettings | None = None,
+                       compile_cache_dir: str | None = None) -> None:
         self.service = PoolService(pool, repository, state_dir, device,
                                    poll_interval_s=poll_interval_s, replicas=replicas,
-                                   trust=trust)
+                                   trust=trust, compile_cache_dir=compile_cache_dir)
         await self.service.start()
 
     async def infer(self, work: PoolWork) -> PoolReply | PoolRefusal:

@@ -21,6 +21,9 @@ class DeviceSpec:
     ``INLINE_AFTER_RUNS`` measured runs on the device thread, and never again once a chunk of it
     took 10x ``inline_ms`` (a hang blocks the loop at most once). Set 0 where the loop is shared
     with other work that must stay responsive (the ingress's in-process CPU pool).
+    ``pin_cores`` (CPU only; ``auto`` | ``on`` | ``off``): with two or more replicas on a
+    machine, each pins its threads to its own share of the physical cores; ``auto`` does so on
+    multi-socket machines only (``pool._private.cpu_affinity`` says why).
     """
 
     kind: str = "cpu"  # "cpu" | "cuda"
@@ -32,6 +35,7 @@ class DeviceSpec:
     chunk_size: int = 256
     threads: int | None = None
     inline_ms: float = 3.0
+    pin_cores: str = "auto"
 
     def __post_init__(self) -> None:
         if self.kind not in ("cpu", "cuda"):

@@ -3,9 +3,13 @@
 TorchScript archives are read with ``torch.jit.load`` (TorchScript's own restricted format, no
 arbitrary pickles, but its code can read and write files: ``trust.allow_torchscript`` gates it);
 safetensors files hold tensors only and the architecture comes from an import path in the model
-config, resolved only inside the operator's module allowlist (``pool.trust``). Nothing here calls
-``pickle`` or ``torch.load`` without ``weights_only=True``. Error messages name files relative to
-the repository (``<model>/<version>/<file>``), never absolute paths.
+config, resolved only inside the operator's module allowlist (``pool.trust``); ``torch.export``
+programs (``model.pt2``) are checked record by record before ``torch.export.load`` so it never
+reaches its unpickling paths (``pool._private.export_format``); ONNX graphs run in ONNX Runtime
+(``pool._private.onnx_format``). Nothing here calls ``pickle`` or ``torch.load`` without
+``weights_only=True``. A model whose config says ``compile:`` is wrapped in ``torch.compile``
+here, once per loaded version (the warm-up runs the compilation). Error messages name files
+relative to the repository (``<model>/<version>/<file>``), never absolute paths.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from pool.trust import TrustSettings, resolve_callable
 
 __all__ = ["WEIGHT_FILES", "load_module", "shown_path"]
 
-WEIGHT_FILES = {"torchscript": "model.pt", "safetensors": "model.safetensors"}
+WEIGHT_FILES = {"torchscript": "model.pt", "safetensors": "model.safetensors",
+                "torch_export": "model.pt2", "onnx": "model.onnx"}
 
 
 def shown_path(path: Path, parts: int = 3) -> str:
@@ -32,10 +37,27 @@ def shown_path(path: Path, parts: int = 3) -> str:
 def load_module(version_dir: Path, config: ModelConfig, *,
                 trust: TrustSettings = TrustSettings()) -> nn.Module:
     """Load the weights in ``version_dir`` onto the CPU, in eval mode, within ``trust``."""
+    module = _load_eager(version_dir, config, trust)
+    if config.compile is None:
+        return module
+    return torch.compile(module, mode=config.compile.mode,  # type: ignore[return-value]
+                         dynamic=config.compile.dynamic)
+
+
+def _load_eager(version_dir: Path, config: ModelConfig, trust: TrustSettings) -> nn.Module:
     weights = version_dir / WEIGHT_FILES[config.format]
     shown = shown_path(weights)
     if not weights.is_file():
         raise ModelLoadError(shown, "weight file missing", field="format")
+    if config.format == "torch_export":
+        from pool._private.export_format import load_exported
+
+        return load_exported(weights, shown, allow_aoti=trust.allow_aoti,
+                             device=config.device).eval()
+    if config.format == "onnx":
+        from pool._private.onnx_format import load_onnx
+
+        return load_onnx(weights, shown, config).eval()
     if config.format == "torchscript":
         if not trust.allow_torchscript:
             raise ModelLoadError(shown, "TorchScript is disabled by the operator (app setting "

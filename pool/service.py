@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from pool._private.compile_cache import configure_compile_cache
+from pool._private.cpu_affinity import CpuPinning, pin_replica
 from pool._private.worker import DeviceWorker, RoutingStats
 from pool.control import ControlFile
 from pool.device import DeviceSpec
@@ -40,11 +42,17 @@ def cpu_threads_per_replica(replicas: int) -> int:
 class PoolService:
     def __init__(self, pool: str, repository: str, state_dir: str, device: dict[str, Any], *,
                  poll_interval_s: float = 1.0, replicas: int = 1,
-                 trust: TrustSettings | None = None) -> None:
+                 trust: TrustSettings | None = None,
+                 compile_cache_dir: str | None = None) -> None:
         self.pool = pool
         spec = DeviceSpec(**device)
+        # torch.compile'd models: one kernel cache per machine, kept across restarts.
+        configure_compile_cache(compile_cache_dir or os.path.join(state_dir, "inductor"))
+        self.pinning: CpuPinning | None = None
         if spec.kind == "cpu":
-            torch.set_num_threads(spec.threads or cpu_threads_per_replica(replicas))
+            self.pinning = pin_replica(state_dir, replicas, mode=spec.pin_cores)
+            pinned = len(self.pinning.cpus) if self.pinning else None
+            torch.set_num_threads(spec.threads or pinned or cpu_threads_per_replica(replicas))
         accepts = (lambda c: c.device != "cpu") if pool == "gpu" else (lambda c: True)
         self.host = ModelHost(ModelRepository(repository, trust=trust or TrustSettings()),
                               DeviceWorker(spec), device_filter=accepts)
@@ -87,7 +95,8 @@ class PoolService:
         return self.host.index()
 
     def status(self) -> dict:
-        return {"pool": self.pool, **self.host.status()}
+        pinned = sorted(self.pinning.cpus) if self.pinning else None
+        return {"pool": self.pool, "pinned_cpus": pinned, **self.host.status()}
 
     def routing_stats(self) -> RoutingStats:
         return self.host.worker.routing_stats()
@@ -96,3 +105,5 @@ class PoolService:
         if self._poller is not None:
             self._poller.cancel()
         await self.host.worker.close()
+        if self.pinning is not None:
+            self.pinning.release()

@@ -64,6 +64,11 @@ class TrustSettings(BaseModel):
         "files with the server's rights; false limits the repository to safetensors + an "
         "allowlisted factory (recommended when the repository's writers are not fully trusted).")
 
+    allow_aoti: bool = Field(
+        False, description="Load AOTInductor packages (format torch_export, a .pt2 holding a "
+        "compiled shared library: native code runs with the server's rights). Plain "
+        "torch.export programs need no such permission.")
+
     @field_validator("allowed_modules")
     @classmethod
     def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:

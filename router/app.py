@@ -35,6 +35,7 @@ def build_from_settings(settings: AppSettings) -> Application:
         "repository": settings.repository,
         "state_dir": settings.resolved_state_dir(),
         "poll_interval_s": settings.poll_interval_s,
+        "compile_cache_dir": settings.compile_cache_dir,
         "trust": settings.trust,
     }
     gpu = settings.gpu_pool

@@ -149,6 +149,12 @@ def build_http_app(front: Frontend) -> FastAPI:
     app.include_router(_model_routes(front))
     app.include_router(_infer_routes(front))
     app.include_router(_admin_routes(front))
+    publisher = getattr(front, "publisher", None)  # router.publish: model upload (#21)
+    if publisher is not None:
+        from router.publish import publish_routes
+
+        app.include_router(publish_routes(publisher, check_key=lambda r: _check_key(front, r),
+                                          read_body=_read_body))
     return app
 
 

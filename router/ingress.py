@@ -21,6 +21,7 @@ from fallbacks import BreakerRegistry, BreakerState, StateTransition
 from fallbacks.cluster_quotas import ClusterQuotas
 from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
+from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
 from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
@@ -64,6 +65,7 @@ class Ingress:
         self._caller_keys = None if s.caller_keys is None else {
             _digest(k): who for k, who in s.caller_keys.items()}
         self.max_body_bytes = s.max_body_bytes
+        self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
         self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
         self._local: PoolService | None = None
         if s.cpu_pool.placement == "ingress":
@@ -72,7 +74,8 @@ class Ingress:
             self._local = PoolService(
                 "cpu", s.repository, s.resolved_state_dir(),
                 {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
-                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust)
+                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust,
+                compile_cache_dir=s.compile_cache_dir)
             await self._local.start()
             self._pools["cpu"] = LocalPoolClient(self._local)
         self._alerter = alerter

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fallbacks import BreakerConfig, QuotaConfig
 from policies.admission import AdmissionConfig
+from pool.publish import PublishSettings
 from pool.trust import TrustSettings
 from router.cache import CacheSettings
 from router.edge import EdgeSettings
@@ -42,6 +43,10 @@ class PoolSettings(BaseModel):
         3.0, ge=0, description="CPU devices: chunks estimated at most this long run on the "
                                "pool's event loop instead of a device thread (no thread hop); 0 "
                                "= never. Not used on CUDA, nor by the ingress's in-process pool.")
+    pin_cores: Literal["auto", "on", "off"] = Field(
+        "auto", description="CPU pools with 2+ replicas on a machine: pin each replica's "
+        "threads to its own share of the physical cores. auto = on multi-socket machines only "
+        "(on one socket it made no reliable difference here: docs/FORMATS.md).")
 
 
 class CpuPoolSettings(PoolSettings):
@@ -96,6 +101,11 @@ class AppSettings(BaseModel):
     default_deadline_ms: float = Field(1000.0, gt=0, description="Deadline when none is given.")
     fallback_margin_ms: float = Field(10.0, ge=0, description="Budget kept for the fallback.")
     max_body_bytes: int = Field(32 << 20, gt=0, description="Largest HTTP body accepted (413).")
+    publish: PublishSettings = Field(default_factory=PublishSettings,
+                                     description="Bounds of the model publish API.")
+    compile_cache_dir: str | None = Field(
+        None, description="Inductor cache for compile: models, shared by the replicas of a "
+        "machine and kept across restarts; default <state_dir>/inductor.")
     ingress_replicas: int = Field(1, ge=1, le=64, description="Ingress replicas.")
     ingress_autoscaling: AutoscalingSettings | None = Field(
         None, description="Ray Serve autoscaling of the ingress (replaces ingress_replicas); "
@@ -149,6 +159,7 @@ def device_spec(kind: str, s: PoolSettings) -> dict[str, Any]:
         "chunk_size": s.chunk_size,
         "threads": s.threads,
         "inline_ms": s.inline_ms,
+        "pin_cores": s.pin_cores,
     }
 
 

@@ -175,15 +175,17 @@ _WARM_UP_PASSES = 2
 
 
 def warm_up(module: nn.Module, config: ModelConfig) -> None:
-    """Run the model's first passes on zeros of its declared shapes (validates it, too)."""
-    args = [
-        torch.zeros((1, *[d if d > 0 else 1 for d in spec.shape]),
-                    dtype=getattr(torch, spec.numpy_dtype))
-        for spec in config.inputs
-    ]
+    """Run the model's first passes on zeros of its declared shapes, at each of the config's
+    warm-up batch sizes (validates it, and compiles a ``compile:`` model for those sizes)."""
     with torch.inference_mode():
-        for _ in range(_WARM_UP_PASSES):
-            name_outputs(config, module(*args))
+        for rows in config.warmup_sizes:
+            args = [
+                torch.zeros((rows, *[d if d > 0 else 1 for d in spec.shape]),
+                            dtype=getattr(torch, spec.numpy_dtype))
+                for spec in config.inputs
+            ]
+            for _ in range(_WARM_UP_PASSES):
+                name_outputs(config, module(*args))
 
 
 def name_outputs(config: ModelConfig, raw) -> dict[str, torch.Tensor]:
