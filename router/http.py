@@ -29,6 +29,7 @@ from router.errors import (
     Unauthorized,
 )
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
+from router.ui import ui_routes
 from router.v2 import (
     HEADER_LENGTH,
     DecodedRequest,
@@ -149,6 +150,7 @@ def build_http_app(front: Frontend) -> FastAPI:
     app.include_router(_model_routes(front))
     app.include_router(_infer_routes(front))
     app.include_router(_admin_routes(front))
+    app.include_router(ui_routes())  # the read-only status page (router/ui)
     return app
 
 
