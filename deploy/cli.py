@@ -3,7 +3,7 @@
     timeshare demo build [--repo PATH] [--only NAME ...] [--force]
     timeshare demo traffic [--duration 60] [--rate 40] ...   (loopback only)
     timeshare serve [--config deploy/config.yaml] [--repo PATH] [--env test|staging|prod]
-    timeshare status [--url http://127.0.0.1:8000]
+    timeshare status [--url http://127.0.0.1:8000] [--json | --watch]
 """
 
 from __future__ import annotations
@@ -130,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.add_argument("--api-key", default=None,
                         help="operator key, when the app has one (default: $TIMESHARE_API_KEY)")
+    status.add_argument("--watch", action="store_true",
+                        help="live view, refreshed every second (deploy/status_watch.py; "
+                        "--frames N, --record FILE, --interval S)")
     status.set_defaults(func=_status)
 
     for name, target, help_ in _EXTERNAL:
@@ -176,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not one line per request
     argv = sys.argv[1:] if argv is None else list(argv)
     external = {name: target for name, target, _ in _EXTERNAL}
+    if argv[:1] == ["status"] and "--watch" in argv:  # the live view has its own parser
+        return int(_load("deploy.status_watch:main")([a for a in argv[1:] if a != "--watch"]))
     if argv[:2] == ["demo", "traffic"]:  # its own parser takes everything after the name
         return int(_load("deploy.demo_traffic:main")(argv[2:]) or 0)
     if argv and argv[0] in external:  # their own parsers handle everything after the name
