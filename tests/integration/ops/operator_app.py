@@ -75,18 +75,27 @@ def start_app(repo: Path, workdir: Path, ports: tuple[int, int, int]) -> Operato
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
         start_new_session=True)
     app = OperatorApp(f"http://127.0.0.1:{http_port}", (metrics, alerter_metrics), proc, log)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"serve run exited {proc.returncode}:\n{app.tail()}")
-        try:
-            if httpx.get(f"{app.url}/v2/health/ready", timeout=2).status_code == 200:
-                return app
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
+    if wait_ready(proc, f"{app.url}/v2/health/ready", 240, log):
+        return app
     stop_app(app)
     raise RuntimeError(f"app not ready in 240 s:\n{app.tail()}")
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout_s: float, log: Path) -> bool:
+    """Poll ``url`` until it answers 200 (True) or ``timeout_s`` passes (False); a process that
+    exits first is an error showing its log."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited {proc.returncode}:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
 
 
 def stop_app(app: OperatorApp) -> None:
@@ -132,15 +141,7 @@ def start_prometheus(binary: str, workdir: Path, port: int, targets: list[str]) 
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log.open("w"), stderr=subprocess.STDOUT)
     prom = Prometheus(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{prom.url}/-/ready", timeout=1).status_code == 200:
-                return prom
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
+    if wait_ready(proc, f"{prom.url}/-/ready", 60, log):
+        return prom
     prom.stop()
     raise RuntimeError("prometheus not ready in 60 s")

@@ -62,6 +62,10 @@ class Traffic:
             app.url, duration_s=seconds, rate=20, batch_callers=2, batch_rows=64, zipf_s=0.8,
             seed=1, models=SMALL_DEMO, api_key=API_KEY))
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def join(self) -> None:
         self._thread.join(120)
         assert self.result is not None, "demo traffic did not finish"
@@ -98,7 +102,7 @@ def test_prometheus_scrapes_every_pool_series_and_every_panel_has_data(operator_
                                               "timeshare_evictions_total")}
         traffic = Traffic(operator_app, 15)
         peak_queue = 0.0
-        while traffic._thread.is_alive():
+        while traffic.running:
             peak_queue = max(peak_queue, _total(prom, "timeshare_queue_depth"))
             time.sleep(0.5)
         traffic.join()
