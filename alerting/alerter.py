@@ -93,6 +93,9 @@ class Alerter:
                 self.channels[r.name] = [
                     build_channel(r.name, i, c, environ=env, **kw) for i, c in enumerate(r.channels)
                 ]
+        if telemetry is not None:  # counters start at 0, so a first drop is an increase
+            for ch in self._all_channels():
+                telemetry.record_alert_dropped(channel=ch.name, count=0)
 
     # -- lifecycle --------------------------------------------------------------------------
     @property

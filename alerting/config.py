@@ -268,6 +268,11 @@ class AlertingConfig(_Strict):
         5 * 86400.0, description="How long notification state is kept in Redis."
     )
     tick_interval: Duration = Field(1.0, description="Longest sleep of the alerter loop.")
+    prometheus_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="Serve the alerter's notification metrics (timeshare_alerts_*) for "
+        "Prometheus on 127.0.0.1:PORT (the alerter runs once per application).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AlertingConfig:

@@ -28,7 +28,15 @@ class AlerterDeployment:
 
     def __init__(self, config: AlertingConfig | dict[str, Any] | str) -> None:
         cfg = config if isinstance(config, AlertingConfig) else load_config(config)
-        self._alerter = Alerter(cfg)
+        telemetry = None
+        if cfg.prometheus_port is not None:
+            import prometheus_client
+
+            from alerting.telemetry import Telemetry
+
+            telemetry = Telemetry(prometheus=True)
+            prometheus_client.start_http_server(cfg.prometheus_port, addr="127.0.0.1")
+        self._alerter = Alerter(cfg, telemetry=telemetry)
         self._started = False
         self._lock = asyncio.Lock()
 

@@ -6,15 +6,22 @@ cache result, degraded), scheduler queue delay, swaps, preemptions, breaker stat
 
 Prometheus names (what ``deploy/grafana/timeshare.json`` queries):
 
-==================================  ============================================================
-``timeshare_request_duration_seconds``  histogram; model, route, served_by, cache, degraded
-``timeshare_queue_delay_seconds``       histogram; model, priority, device
-``timeshare_swaps_total``               counter; model, device, direction (in/out)
-``timeshare_preemptions_total``         counter; device, priority
-``timeshare_breaker_state``             gauge 0 closed, 1 half-open, 2 open; model, pool
-``timeshare_alerts_sent_total``         counter; receiver, channel, severity, outcome
-``timeshare_alerts_dropped_total``      counter; channel
-==================================  ============================================================
+==========================================  ====================================================
+``timeshare_request_duration_seconds``      histogram; model, route, served_by, cache, degraded
+``timeshare_queue_delay_seconds``           histogram; model, priority, device
+``timeshare_breaker_state``                 gauge 0 closed, 1 half-open, 2 open; model, pool
+``timeshare_alerts_sent_total``             counter; receiver, channel, severity, outcome
+``timeshare_alerts_dropped_total``          counter; channel
+==========================================  ====================================================
+
+Per pool replica (labels pool, device, replica; read at scrape time, see
+``alerting._private.device_instruments``): ``timeshare_swaps_total`` (direction in/out),
+``timeshare_swap_bytes_total``, ``timeshare_swap_duration_seconds_total``,
+``timeshare_preemptions_total`` (priority), ``timeshare_evictions_total``,
+``timeshare_queue_depth`` (priority), ``timeshare_device_memory_usage_bytes`` (state used/free),
+``timeshare_device_memory_limit_bytes``, ``timeshare_host_memory_usage_bytes``,
+``timeshare_models_resident`` (tier device/host); per pool
+``timeshare_pool_replica_restarts_total``.
 
 Each :class:`Telemetry` owns its MeterProvider/TracerProvider (never the process globals), so
 tests can build one with in-memory readers: ``Telemetry.in_memory()``.
@@ -23,15 +30,18 @@ tests can build one with in-memory readers: ``Telemetry.in_memory()``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Span
+
+from alerting._private.device_instruments import DeviceSample, register_device_instruments
 
 __all__ = ["BREAKER_STATES", "SECONDS_BUCKETS", "Telemetry"]
 
@@ -81,7 +91,7 @@ class Telemetry:
         if span_exporter is not None:
             self.tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
         self.tracer = self.tracer_provider.get_tracer("timeshare")
-        m = self.meter_provider.get_meter("timeshare")
+        self.meter = m = self.meter_provider.get_meter("timeshare")
         hist = {"explicit_bucket_boundaries_advisory": list(SECONDS_BUCKETS)}
         self._request = m.create_histogram(
             "timeshare.request.duration",
@@ -94,15 +104,6 @@ class Telemetry:
             unit="s",
             description="Wait in the device scheduler queue",
             **hist,
-        )
-        self._swaps = m.create_counter(
-            "timeshare.swaps", description="Model swaps between host and device"
-        )
-        self._preempt = m.create_counter(
-            "timeshare.preemptions", description="Batches preempted at a chunk boundary"
-        )
-        self._breaker = m.create_gauge(
-            "timeshare.breaker.state", description="0 closed, 1 half-open, 2 open"
         )
         self._sent = m.create_counter(
             "timeshare.alerts.sent", description="Alert notifications by outcome"
@@ -146,20 +147,29 @@ class Telemetry:
     def record_queue_delay(self, *, model: str, priority: str, device: str, delay_s: float) -> None:
         self._queue.record(delay_s, {"model": model, "priority": priority, "device": device})
 
-    def record_swap(self, *, model: str, device: str, direction: str) -> None:
-        """``direction``: ``in`` (host -> device) or ``out`` (device copy freed)."""
-        if direction not in ("in", "out"):
-            raise ValueError(f"direction must be 'in' or 'out', got {direction!r}")
-        self._swaps.add(1, {"model": model, "device": device, "direction": direction})
+    def observe_devices(
+        self,
+        read: Callable[[], Iterable[tuple[str, DeviceSample]]],
+        restarts: Callable[[], dict[str, int]],
+    ) -> None:
+        """Export the pool replicas' device counters: ``read`` yields (pool, sample) for every
+        live replica at each collection; ``restarts`` gives replica restarts per pool."""
+        register_device_instruments(self.meter, read, restarts)
 
-    def record_preemption(self, *, device: str, priority: str) -> None:
-        self._preempt.add(1, {"device": device, "priority": priority})
+    def observe_breakers(self, read: Callable[[], Mapping[tuple[str, str], str]]) -> None:
+        """Export every known breaker's state at each collection (closed ones too, so a panel
+        shows them at 0): ``read`` maps (model, pool) to closed, half_open or open."""
 
-    def set_breaker_state(self, *, model: str, pool: str, state: str) -> None:
-        """``state``: closed, half_open or open."""
-        if state not in BREAKER_STATES:
-            raise ValueError(f"state must be one of {', '.join(BREAKER_STATES)}, got {state!r}")
-        self._breaker.set(BREAKER_STATES[state], {"model": model, "pool": pool})
+        def observe(_: CallbackOptions) -> Iterator[Observation]:
+            for (model, pool), state in read().items():
+                if state not in BREAKER_STATES:
+                    raise ValueError(
+                        f"state must be one of {', '.join(BREAKER_STATES)}, got {state!r}")
+                yield Observation(BREAKER_STATES[state], {"model": model, "pool": pool})
+
+        self.meter.create_observable_gauge(
+            "timeshare.breaker.state", callbacks=[observe],
+            description="0 closed, 1 half-open, 2 open")
 
     def record_alert_sent(
         self, *, receiver: str, channel: str, severity: str, outcome: str

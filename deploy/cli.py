@@ -1,8 +1,9 @@
 """The ``timeshare`` command line.
 
     timeshare demo build [--repo PATH] [--only NAME ...] [--force]
+    timeshare demo traffic [--duration 60] [--rate 40] ...   (loopback only)
     timeshare serve [--config deploy/config.yaml] [--repo PATH] [--env test|staging|prod]
-    timeshare status [--url http://127.0.0.1:8000]
+    timeshare status [--url http://127.0.0.1:8000] [--json | --watch]
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--only", nargs="*", help="only these models")
     build.add_argument("--force", action="store_true", help="retrain models already present")
     build.set_defaults(func=_demo_build)
+    traffic = demo.add_parser("traffic", help="a bounded Zipf mix of realtime and batch calls "
+                              "over the zoo (loopback only; see --help)", add_help=False)
+    traffic.set_defaults(func=lambda a: _load("deploy.demo_traffic:main")([]))
 
     serve = sub.add_parser("serve", help="build the demo repository if missing, then serve run")
     serve.add_argument("--config", default="deploy/config.yaml")
@@ -126,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.add_argument("--api-key", default=None,
                         help="operator key, when the app has one (default: $TIMESHARE_API_KEY)")
+    status.add_argument("--watch", action="store_true",
+                        help="live view, refreshed every second (deploy/status_watch.py; "
+                        "--frames N, --record FILE, --interval S)")
     status.set_defaults(func=_status)
 
     for name, target, help_ in _EXTERNAL:
@@ -175,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not one line per request
     argv = sys.argv[1:] if argv is None else list(argv)
     external = {name: target for name, target, _ in _EXTERNAL}
+    if argv[:1] == ["status"] and "--watch" in argv:  # the live view has its own parser
+        return int(_load("deploy.status_watch:main")([a for a in argv[1:] if a != "--watch"]))
+    if argv[:2] == ["demo", "traffic"]:  # its own parser takes everything after the name
+        return int(_load("deploy.demo_traffic:main")(argv[2:]) or 0)
     if argv and argv[0] in external:  # their own parsers handle everything after the name
         return int(_dispatch(argv[0], external[argv[0]], argv[1:]) or 0)
     args = _parser().parse_args(argv)

@@ -6,6 +6,7 @@ polls the model repository (hot reload) and publishes routing stats for the requ
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ray import serve
@@ -27,6 +28,9 @@ class PoolDeployment:
                                    poll_interval_s=poll_interval_s, replicas=replicas,
                                    trust=trust, compile_cache_dir=compile_cache_dir)
         await self.service.start()
+        # Ray Serve gives a replacement replica the rank of the one it replaces: the ingress
+        # counts a new incarnation in a known rank as a restart (the replica_restarts rule).
+        self._slot = serve.get_replica_context().rank.rank
 
     async def infer(self, work: PoolWork) -> PoolReply | PoolRefusal:
         """A ``PoolReply``, or a ``PoolRefusal`` (callers: ``pool.work.unwrap``)."""
@@ -44,6 +48,10 @@ class PoolDeployment:
     async def routing_stats(self):
         """This replica's RoutingStats (the router's load view for admission and spill)."""
         return self.service.routing_stats()
+
+    async def counters(self):
+        """This replica's DeviceCounters (exported by the ingress, fed to the alert rules)."""
+        return dataclasses.replace(self.service.counters(), slot=self._slot)
 
     async def __del__(self) -> None:
         """Serve awaits this on replica shutdown: stop polling, close the device worker."""

@@ -23,6 +23,7 @@ from pool.device import DeviceSpec
 from pool.host import ModelHost, ModelIndexEntry
 from pool.repository import ModelRepository
 from pool.trust import TrustSettings
+from pool.types import DeviceCounters
 from pool.work import PoolRefusal, PoolReply, PoolWork
 
 __all__ = ["PoolService", "cpu_threads_per_replica"]
@@ -100,6 +101,10 @@ class PoolService:
 
     def routing_stats(self) -> RoutingStats:
         return self.host.worker.routing_stats()
+
+    def counters(self) -> DeviceCounters:
+        """This replica's device counters and gauges (metrics, alert inputs)."""
+        return self.host.worker.counters()
 
     async def close(self) -> None:
         if self._poller is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ModelKey", "RoutingStats", "WorkResult"]
+__all__ = ["DeviceCounters", "ModelKey", "RoutingStats", "WorkResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +57,30 @@ class RoutingStats:
             "replica": self.replica,
             "swaps": self.swaps,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCounters:
+    """One replica's device counters (cumulative since its worker started) and gauges.
+
+    What the ingress exports as Prometheus series per pool replica and feeds to the alert rules
+    (``swaps_in`` to swap thrashing; a new ``replica`` incarnation to replica restarts).
+    Per-class tuples are indexed by ``Priority`` value (realtime, interactive, batch, background).
+    """
+
+    device: str
+    replica: str  # the worker's incarnation: a restarted replica reports a new one
+    swaps_in: int
+    swaps_out: int
+    swap_bytes: int  # bytes copied host -> device
+    swap_seconds: float
+    evictions: int
+    preemptions: tuple[int, int, int, int]  # by the class that preempted
+    queue_depth: tuple[int, int, int, int]
+    memory_used_bytes: int
+    memory_free_bytes: int
+    memory_total_bytes: int
+    host_used_bytes: int
+    resident: tuple[tuple[str, int], ...] = ()  # (model@version, bytes) on the device
+    hosted: tuple[str, ...] = ()  # models in the host tier
+    slot: int = 0  # the replica's rank in its deployment (a replacement takes the same rank)

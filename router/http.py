@@ -29,6 +29,7 @@ from router.errors import (
     Unauthorized,
 )
 from router.schemas import CacheControl, InferenceRequest, InferenceResponse
+from router.ui import ui_routes
 from router.v2 import (
     HEADER_LENGTH,
     DecodedRequest,
@@ -155,6 +156,7 @@ def build_http_app(front: Frontend) -> FastAPI:
 
         app.include_router(publish_routes(publisher, check_key=lambda r: _check_key(front, r),
                                           read_body=_read_body))
+    app.include_router(ui_routes())  # the read-only status page (router/ui)
     return app
 
 

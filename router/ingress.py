@@ -25,7 +25,8 @@ from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
 from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
-from router._private.pool_totals import SwapTotals
+from router._private.model_stats import ModelStatsRecorder
+from router._private.pool_totals import PoolTotals
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
 from router.cache import ResultCache
 from router.cache._private.metrics import register_error_rate_metric
@@ -81,9 +82,11 @@ class Ingress:
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
         self._load: dict[str, list] = {}
-        self._swaps = SwapTotals()  # cumulative swap-ins of every pool replica (swap_thrashing)
+        self._pool_totals = PoolTotals()  # every pool replica's counters: metrics and alerts
         self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
         self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
+        self.telemetry.observe_devices(self._pool_totals.live, self._pool_totals.restarts)
+        self.model_stats = ModelStatsRecorder()  # rate, p99, shares per model for the status
         if s.prometheus_port is not None:
             import prometheus_client
 
@@ -94,6 +97,8 @@ class Ingress:
         self._quotas = build_quotas(s)  # cluster-wide through Redis when configured (#19)
         self._views = build_views(s)  # every replica's breakers etc. in /v2/status (#19)
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
+        self.telemetry.observe_breakers(lambda: {k: st.value.lower() for k, st in
+                                                 self.breakers.states().items()})
         routes = load_routes(s.routes) if s.routes else {}
         base = Path(s.routes).parent if isinstance(s.routes, str) else None
         strategies = {n: build_strategy(rc, base_dir=base) for n, rc in routes.items()}
@@ -111,7 +116,7 @@ class Ingress:
             quotas=self._quotas,
             load=lambda pool: self._load.get(pool, ()),
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
-                       CallLogRecorder(self.call_log)),
+                       CallLogRecorder(self.call_log), self.model_stats),
         )
         self._app = mount_edge(build_http_app(self), settings=s.edge,
                                max_body_bytes=s.max_body_bytes,
@@ -151,8 +156,8 @@ class Ingress:
             try:
                 await self.catalog.refresh()
                 self._load = {p: [await c.routing_stats()] for p, c in self._pools.items()}
-                for stats in self._load.values():
-                    self._swaps.observe(stats)
+                for pool, client in self._pools.items():
+                    self._pool_totals.observe(pool, await client.counters())
                 self.breakers.poll()
                 await self._views.publish(self._own_view())
             except Exception as e:  # pools restarting: keep the last view
@@ -179,7 +184,8 @@ class Ingress:
                         if st.memory_total_bytes > 0},
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}),
-                    failing_channels=channels, swaps=self._swaps.total(),
+                    failing_channels=channels, swaps=self._pool_totals.swaps(),
+                    replica_restarts=sum(self._pool_totals.restarts().values()),
                     quota_stores_down=quota_stores_down(self._quotas))
                 for alert in self._evaluator.evaluate(snap):
                     self._alert(alert.to_dict())
@@ -206,8 +212,6 @@ class Ingress:
 
     def _on_breaker(self, t: StateTransition) -> None:
         model, pool = t.key
-        self.telemetry.set_breaker_state(model=model, pool=pool,
-                                         state=t.to_state.value.lower())
         log.warning("breaker %s@%s: %s -> %s", model, pool, t.from_state, t.to_state)
 
     def _on_cache_event(self, kind: str, detail: dict) -> None:
@@ -251,6 +255,10 @@ class Ingress:
         if verified is not None:
             out["cache"]["verified"] = verified.as_dict()
         out["routes"] = sorted(self.pipeline.routes)
+        out["models"] = self.model_stats.snapshot()
+        evaluator = getattr(self, "_evaluator", None)
+        out["firing_alerts"] = [] if evaluator is None else [dict(a.labels)
+                                                             for a in evaluator.firing()]
         out["caller_keys"] = self._caller_keys is not None
         if self._alerter is not None:
             try:

@@ -25,7 +25,7 @@ from router.validation import validate_inputs
 if TYPE_CHECKING:
     from pool.host import ModelHost, ModelIndexEntry
     from pool.service import PoolService
-    from pool.types import RoutingStats
+    from pool.types import DeviceCounters, RoutingStats
 
 __all__ = ["LocalPoolClient", "PoolClient", "PoolExecutor", "RemotePoolClient", "RoutedRequest"]
 
@@ -42,6 +42,10 @@ class PoolClient(Protocol):
     async def status(self) -> dict: ...
 
     async def routing_stats(self) -> RoutingStats: ...
+
+    async def counters(self) -> DeviceCounters:
+        """One replica's device counters and gauges (metrics and alert inputs)."""
+        ...
 
     async def sync(self) -> None: ...
 
@@ -64,6 +68,9 @@ class RemotePoolClient:
 
     async def routing_stats(self) -> RoutingStats:
         return await self._h.routing_stats.remote()
+
+    async def counters(self) -> DeviceCounters:
+        return await self._h.counters.remote()
 
     async def sync(self) -> None:
         await self._h.sync_now.remote()
@@ -91,6 +98,9 @@ class LocalPoolClient:
 
     async def routing_stats(self) -> RoutingStats:
         return self.host.worker.routing_stats()
+
+    async def counters(self) -> DeviceCounters:
+        return self.host.worker.counters()
 
     async def sync(self) -> None:
         if self.service is not None:

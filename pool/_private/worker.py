@@ -47,7 +47,7 @@ from pool._private.residency import Residency, SwapIn
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded
-from pool.types import ModelKey, RoutingStats, WorkResult
+from pool.types import DeviceCounters, ModelKey, RoutingStats, WorkResult
 
 __all__ = ["INLINE_AFTER_RUNS", "DeviceWorker"]
 
@@ -93,6 +93,7 @@ class DeviceWorker:
         self._slice_start = 0.0
         self._last: str | None = None
         self.preemptions = 0
+        self._preempted_by = [0, 0, 0, 0]  # preemptions by the class that took the device
         self.incarnation = uuid.uuid4().hex[:12]  # tells a restarted replica's counters apart
         self.expired = 0
         self.chunks = 0
@@ -180,6 +181,21 @@ class DeviceWorker:
             swaps=self.tiers.stats.swaps,
         )
 
+    def counters(self) -> DeviceCounters:
+        """Cumulative counters and current gauges (``DeviceCounters``) for metrics and alerts."""
+        stats = self.routing_stats()
+        s, mem = self.tiers.stats, self.tiers.memory
+        by = self._preempted_by
+        return DeviceCounters(
+            device=stats.device, replica=self.incarnation, swaps_in=s.swaps,
+            swaps_out=s.swap_outs, swap_bytes=s.swap_bytes, swap_seconds=s.swap_s,
+            evictions=mem.evictions, preemptions=(by[0], by[1], by[2], by[3]),
+            queue_depth=stats.queue_depth, memory_used_bytes=mem.used_bytes,
+            memory_free_bytes=mem.free_bytes, memory_total_bytes=mem.capacity_bytes,
+            host_used_bytes=self.tiers.host.used_bytes,
+            resident=tuple((k, self.tiers.nbytes(k)) for k in sorted(stats.resident)),
+            hosted=tuple(sorted(stats.hosted)))
+
     def status(self) -> dict:
         """Resident and host-tier models, queue depths, swaps, preemptions, memory."""
         stats = self.routing_stats()
@@ -190,6 +206,7 @@ class DeviceWorker:
             "scheduler": self.policy.name,
             "models": sorted(self.queues.by_name),
             "resident": sorted(stats.resident),
+            "resident_bytes": {k: self.tiers.nbytes(k) for k in sorted(stats.resident)},
             "host_tier": sorted(stats.hosted),
             "queue_depth": {p.label: stats.queue_depth[p] for p in Priority},
             "queue_delay_s": {p.label: stats.queue_delay_s[p] for p in Priority},
@@ -198,6 +215,7 @@ class DeviceWorker:
                       "disk_load_ms": s.disk_load_s * 1e3},
             "evictions": mem.evictions,
             "preemptions": self.preemptions,
+            "preemptions_by": {p.label: self._preempted_by[p] for p in Priority},
             "expired": self.expired,
             "chunks": self.chunks,
             "inline_chunks": self.inline_chunks,
@@ -272,6 +290,7 @@ class DeviceWorker:
         if self._last is not None and self._last != d.model and self.queues.has_started(
                 self._last):
             self.preemptions += 1
+            self._preempted_by[d.priority] += 1
         self._last = d.model
         swap: SwapIn | None = None
         swap_s = 0.0

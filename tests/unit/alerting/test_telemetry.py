@@ -6,10 +6,10 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from alerting.telemetry import Telemetry
+from pool import DeviceCounters
 
 DASHBOARD = Path(__file__).parents[3] / "deploy" / "grafana" / "timeshare.json"
 
@@ -32,9 +32,13 @@ def record_everything(t: Telemetry) -> None:
         duration_s=0.002,
     )
     t.record_queue_delay(model="digits", priority="realtime", device="cuda:0", delay_s=0.003)
-    t.record_swap(model="digits", device="cuda:0", direction="in")
-    t.record_preemption(device="cuda:0", priority="batch")
-    t.set_breaker_state(model="digits", pool="gpu", state="open")
+    sample = DeviceCounters(
+        device="cuda:0", replica="r1", swaps_in=3, swaps_out=2, swap_bytes=3 << 20,
+        swap_seconds=0.25, evictions=2, preemptions=(1, 0, 0, 0), queue_depth=(0, 4, 9, 0),
+        memory_used_bytes=6 << 20, memory_free_bytes=2 << 20, memory_total_bytes=8 << 20,
+        host_used_bytes=20 << 20, resident=(("digits@1", 6 << 20),), hosted=("a@1", "b@1"))
+    t.observe_devices(lambda: [("gpu", sample)], lambda: {"gpu": 1})
+    t.observe_breakers(lambda: {("digits", "gpu"): "open"})
     t.record_alert_sent(receiver="pager", channel="pagerduty", severity="P1", outcome="ok")
     t.record_alert_dropped(channel="team/slack/0")
 
@@ -54,7 +58,16 @@ def test_in_memory_reader_sees_attributes_and_spans() -> None:
         "timeshare.request.duration",
         "timeshare.queue.delay",
         "timeshare.swaps",
+        "timeshare.swap",
+        "timeshare.swap.duration",
         "timeshare.preemptions",
+        "timeshare.evictions",
+        "timeshare.queue.depth",
+        "timeshare.device.memory.usage",
+        "timeshare.device.memory.limit",
+        "timeshare.host.memory.usage",
+        "timeshare.models.resident",
+        "timeshare.pool.replica.restarts",
         "timeshare.breaker.state",
         "timeshare.alerts.sent",
         "timeshare.alerts.dropped",
@@ -65,13 +78,17 @@ def test_in_memory_reader_sees_attributes_and_spans() -> None:
     ) == [("digits-small", "false", 1), ("rules", "true", 1)]
     (breaker,) = metrics["timeshare.breaker.state"].data.data_points
     assert breaker.value == 2
+    depth = {dict(p.attributes)["priority"]: p.value
+             for p in metrics["timeshare.queue.depth"].data.data_points}
+    assert depth == {"realtime": 0, "interactive": 4, "batch": 9, "background": 0}
+    swaps = {dict(p.attributes)["direction"]: p.value
+             for p in metrics["timeshare.swaps"].data.data_points}
+    assert swaps == {"in": 3, "out": 2}
     (span,) = t.span_exporter.get_finished_spans()
     assert span.name == "dispatch" and dict(span.attributes) == {
         "model": "digits",
         "served_by": "digits-small",
     }
-    with pytest.raises(ValueError, match="half_open"):
-        t.set_breaker_state(model="m", pool="gpu", state="ajar")
     t.shutdown()
 
 
@@ -92,6 +109,26 @@ def test_prometheus_exposition_covers_every_dashboard_query() -> None:
     assert queried <= exported, (
         f"dashboard queries metrics nobody exports: {sorted(queried - exported)}"
     )
+    series = {(name, frozenset(re.findall(r'(\w+)="([^"]*)"', labels))): float(value)
+              for name, labels, value in re.findall(
+                  r"^(timeshare_\w+)\{([^}]*)\} (\S+)$", text, flags=re.MULTILINE)}
+
+    def value(name: str, **labels: str) -> float:
+        (v,) = [v for (n, ls), v in series.items() if n == name and set(labels.items()) <= ls]
+        return v
+
+    replica = {"pool": "gpu", "device": "cuda:0", "replica": "r1"}
+    assert value("timeshare_swaps_total", direction="in", **replica) == 3
+    assert value("timeshare_swap_bytes_total", **replica) == 3 << 20
+    assert value("timeshare_swap_duration_seconds_total", **replica) == 0.25
+    assert value("timeshare_preemptions_total", priority="realtime", **replica) == 1
+    assert value("timeshare_evictions_total", **replica) == 2
+    assert value("timeshare_queue_depth", priority="batch", **replica) == 9
+    assert value("timeshare_device_memory_usage_bytes", state="free", **replica) == 2 << 20
+    assert value("timeshare_device_memory_limit_bytes", **replica) == 8 << 20
+    assert value("timeshare_host_memory_usage_bytes", **replica) == 20 << 20
+    assert value("timeshare_models_resident", tier="host", **replica) == 2
+    assert value("timeshare_pool_replica_restarts_total", pool="gpu") == 1
     assert 'le="0.01"' in text  # seconds buckets, not the millisecond defaults
     assert not any(name.startswith(("ray_serve", "serve_")) for name in exported)
     t.shutdown()

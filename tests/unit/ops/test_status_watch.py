@@ -1,0 +1,78 @@
+"""``timeshare status --watch``: the frame it renders, and one snapshot when not on a TTY."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from rich.console import Console
+
+from deploy.status_watch import Rates, render, watch
+
+
+def _status(swaps: int, preemptions: int) -> dict:
+    return {
+        "pools": {"cpu": {"pool": "cpu", "device": {
+            "device": "cpu", "resident": ["big@1", "small@1"],
+            "resident_bytes": {"big@1": 600 * 1024, "small@1": 2048},
+            "host_tier": ["big@1", "small@1", "cold@1"],
+            "queue_depth": {"realtime": 0, "interactive": 2, "batch": 7, "background": 0},
+            "swaps": {"count": swaps, "bytes": swaps << 20, "ms": 12.0},
+            "evictions": 5, "preemptions": preemptions,
+            "memory": {"used_bytes": 1 << 20, "total_bytes": 2 << 20, "host_used_bytes": 3 << 20},
+        }, "models": {"big": {}, "small": {}, "cold": {}}}},
+        "breakers": {"big@cpu": "open", "small@cpu": "closed"},
+        "models": {"big": {"rate_per_s": 4.0, "p99_ms": 80.5, "cache_hit_share": 0.25,
+                           "degraded_share": 0.5}},
+        "firing_alerts": [{"alertname": "TimeshareSwapThrashing", "severity": "P3"}],
+    }
+
+
+def _text(view) -> str:
+    c = Console(file=io.StringIO(), width=140, color_system=None)
+    c.print(view)
+    return c.file.getvalue()
+
+
+def test_a_frame_shows_devices_models_and_alerts_with_rates_between_polls() -> None:
+    rates = Rates()
+    _text(render(_status(10, 1), rates, at=100.0, source="test"))
+    out = " ".join(_text(render(_status(30, 5), rates, at=102.0, source="test")).split())
+    assert "swaps 10.0/s (30 total" in out
+    assert "preemptions 2.0/s (5 total)" in out
+    assert "realtime 0 interactive 2 batch 7 background 0" in out
+    assert "big@1 600K, small@1 2K" in out  # resident by bytes, largest first
+    assert "host tier (1) cold@1" in out
+    assert "cpu open" in out and "80.5" in out and "25%" in out and "50%" in out
+    assert "TimeshareSwapThrashing P3" in out and "1 alert(s) firing" in out
+
+
+def test_off_a_tty_it_prints_one_snapshot_and_returns(tmp_path) -> None:
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            seen.append(self.headers.get("X-API-Key"))
+            body = json.dumps(_status(3, 0)).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = io.StringIO()
+        record = tmp_path / "frames.txt"
+        rc = watch(f"http://127.0.0.1:{server.server_port}", api_key="k", interval_s=0.01,
+                   frames=None, record=record, console=Console(file=out, width=140))
+    finally:
+        server.shutdown()
+    assert rc == 0 and seen == ["k"]  # one poll, with the operator key
+    assert "resident (2)" in out.getvalue() and "resident (2)" in record.read_text()
