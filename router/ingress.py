@@ -88,9 +88,7 @@ class Ingress:
         self.telemetry.observe_devices(self._pool_totals.live, self._pool_totals.restarts)
         self.model_stats = ModelStatsRecorder()  # rate, p99, shares per model for the status
         if s.prometheus_port is not None:
-            import prometheus_client
-
-            prometheus_client.start_http_server(s.prometheus_port, addr="127.0.0.1")
+            _serve_metrics(s.prometheus_port)
         self.counters = CounterRecorder(slow_s=s.slow_request_s)
         self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
                                        max_queue=s.call_log.max_queue)
@@ -412,3 +410,18 @@ def _embedder(s: AppSettings, *, routes_read_text: bool = False):
     from router.cache import MiniLMEmbedder, SharedEmbedder
 
     return SharedEmbedder(MiniLMEmbedder.load())
+
+
+def _serve_metrics(port: int) -> None:
+    """Expose this replica's metrics on ``port``; a second replica on the node logs, not crashes.
+
+    One port serves one process: with several ingress replicas on a node only the first binds it
+    (docs/SCALING.md). Failing the replica for it would take serving down for a metrics endpoint.
+    """
+    import prometheus_client
+
+    try:
+        prometheus_client.start_http_server(port, addr="127.0.0.1")
+    except OSError as e:
+        log.warning("prometheus_port %d not served by this replica (%s): another process on "
+                    "this node holds it", port, e)
