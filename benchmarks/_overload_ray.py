@@ -46,8 +46,14 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
 
 def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
                 capacity: float, run_level: Callable[[int, float, int], dict[str, Any]],
-                edge_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary."""
+                edge_overrides: dict[str, Any] | None = None,
+                ray_env: dict[str, str] | None = None, direct: bool = False) -> dict[str, Any]:
+    """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary.
+    ``ray_env``: Ray Serve settings for this Ray instance (set before it starts, restored
+    after); ``direct``: the client talks to the ingress replica's own port (direct ingress)
+    instead of Serve's proxy."""
+    import os
+
     import ray
     from ray import serve
 
@@ -56,6 +62,8 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
     from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
 
     port = _port()
+    saved = {k: os.environ.get(k) for k in (ray_env or {})}
+    os.environ.update(ray_env or {})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -65,9 +73,14 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             call_log=CallLogSettings(path=str(state_dir / "calllog.jsonl")),
             edge=EdgeSettings(**(edge_overrides or {})))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
+        if direct:
+            from benchmarks.http_throughput import replica_port
+
+            port = replica_port("timeshare")
         _wait_ready(f"http://127.0.0.1:{port}")
         edge = settings.edge
         return {
+            "ray_env": dict(ray_env or {}), "path": "direct ingress" if direct else "proxy",
             "ingress_max_ongoing_requests": edge.ingress_max_ongoing_requests,
             "ingress_max_queued_requests": edge.ingress_max_queued_requests,
             "levels": {f"{m}x": run_level(port, m * capacity, m) for m in levels}}
@@ -76,3 +89,8 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             serve.shutdown()
         finally:
             ray.shutdown()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -142,6 +142,26 @@ def targets(arm: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
     return out
 
 
+RAY_MODES = ("proxy", "direct")
+
+
+def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
+    from benchmarks._overload_ray import run_ray_arm
+    from deploy.ray_env import SERVE_ENV
+
+    direct = mode == "direct"
+    try:
+        return run_ray_arm(
+            repo, tmp, deadline_ms=args.deadline_ms, levels=(1, 3),
+            edge_overrides=EDGE_OVERRIDES, capacity=capacity,
+            ray_env={**SERVE_ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"} if direct else {},
+            direct=direct,
+            run_level=lambda port, rate, m: run_level(port, rate, m, args=args,
+                                                      capacity=capacity))
+    except Exception as e:  # noqa: BLE001 - the main arms' figures stand without it
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
@@ -152,6 +172,10 @@ def main() -> None:
     ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=True,
                     help="Also run the edge behind Ray Serve's proxy (1x, 3x) to measure the "
                          "share of the hop in front of it.")
+    ap.add_argument("--ray-modes", nargs="+", choices=RAY_MODES, default=list(RAY_MODES),
+                    help="Behind Ray: 'proxy' (Serve's proxy, Ray's default settings) and/or "
+                         "'direct' (the throughput-optimized settings `make serve` uses, the "
+                         "client on the ingress replica's own port: no proxy in the path).")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
     args = ap.parse_args()
@@ -168,18 +192,9 @@ def main() -> None:
         base = run_arm(repo, edge=False, args=args, capacity=None)
         capacity = base["capacity_rps"]
         edge = run_arm(repo, edge=True, args=args, capacity=capacity)
-        ray_arm = None
-        if args.ray:
-            from benchmarks._overload_ray import run_ray_arm
-
-            try:
-                ray_arm = run_ray_arm(
-                    repo, Path(tmp), deadline_ms=args.deadline_ms, levels=(1, 3),
-                    edge_overrides=EDGE_OVERRIDES,
-                    capacity=capacity, run_level=lambda port, rate, m: run_level(
-                        port, rate, m, args=args, capacity=capacity))
-            except Exception as e:  # noqa: BLE001 - the main arms' figures stand without it
-                ray_arm = {"error": f"{type(e).__name__}: {e}"}
+        ray_arms: dict[str, Any] = {}
+        for mode in (args.ray_modes if args.ray else ()):
+            ray_arms[mode] = _ray_arm(mode, repo, Path(tmp), args=args, capacity=capacity)
     t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
     overload = [k for k in t_edge if k != "1x"]
     ratios = {k: {"goodput_edge_over_baseline": round(
@@ -196,7 +211,8 @@ def main() -> None:
                   "cpus": os.cpu_count()},
         "capacity_rps": capacity,
         "edge": edge, "baseline": base,
-        "edge_behind_ray_proxy": ray_arm,
+        "edge_behind_ray_proxy": ray_arms.get("proxy"),
+        "edge_behind_ray_direct_ingress": ray_arms.get("direct"),
         "targets": {"edge": t_edge, "baseline": t_base}, "ratios": ratios,
         "meets_targets": all(t_edge[k]["all"] for k in overload),
         "baseline_meets_targets": all(t_base[k]["all"] for k in overload),
