@@ -8,6 +8,10 @@ Serve's proxy is not in the path (its share is the hop this code does not contro
 ``router.edge``). The model holds the device ``--device-ms`` per request (max batch 1), so the
 capacity is fixed and measured in the same run (closed loop, the baseline server).
 
+Behind Ray (``--ray-modes``, 1x and 3x, the same schedules): ``proxy`` (Serve's proxy in front,
+Ray's default settings) and ``direct`` (the settings ``make serve`` uses, ``deploy.ray_env``, with
+direct ingress: the client talks to the ingress replica's own port, no proxy in the path).
+
 Two arms, the same arrival schedules: ``baseline`` (``edge.enabled: false``: today's behaviour)
 and ``edge``. Traffic: 20 % realtime, 50 % interactive, 30 % batch, deadline 500 ms, the priority
 in the v2 body's ``parameters`` (the edge reads it with a bounded scan of the raw body). The

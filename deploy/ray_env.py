@@ -9,7 +9,13 @@ Starting Ray another way (``serve run`` by hand, ``ray start``), export them fir
 ``export $(python -m deploy.ray_env)``.
 
 Why these (``benchmarks.http_throughput``, both apps under the same settings, docs/PERFORMANCE.md
-"Ray Serve fast paths, measured"):
+"Ray Serve fast paths, measured"): Ray's throughput-optimized mode (user code and the handle's
+router on the replica's own event loop, gRPC between proxy and replicas, buffered request logs,
+GC frozen after start, direct ingress) took the stock deployment from 4.5 to 0.24 ms at c=1 and
+from 390 to 3400 req/s at c=16, and Timeshare from 5.3 to 1.5 ms and 279 to 406 req/s (its
+cache hits from 284 to 2324 req/s). With direct ingress the ingress replica also listens on its
+own port (the first on a node gets 30000, ``RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT``): no proxy
+in the path; Serve's proxy on port 8000 still answers as before.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Mapping
 
 __all__ = ["SERVE_ENV", "serve_environment"]
 
-SERVE_ENV: dict[str, str] = {}
+SERVE_ENV: dict[str, str] = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
 
 
 def serve_environment(environ: Mapping[str, str]) -> dict[str, str]:
