@@ -57,6 +57,7 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
     import ray
     from ray import serve
 
+    from pool.trust import TrustSettings
     from router.app import build_from_settings
     from router.edge import EdgeSettings
     from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
@@ -71,7 +72,9 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             repository=str(repo), state_dir=str(state_dir), default_deadline_ms=deadline_ms,
             cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
             call_log=CallLogSettings(path=str(state_dir / "calllog.jsonl")),
-            edge=EdgeSettings(**(edge_overrides or {})))
+            edge=EdgeSettings(**(edge_overrides or {})),
+            # as the uvicorn server does: the chaos factory its device-bound model names
+            trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
         if direct:
             from benchmarks.http_throughput import replica_port

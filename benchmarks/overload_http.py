@@ -180,6 +180,8 @@ def main() -> None:
                     help="Behind Ray: 'proxy' (Serve's proxy, Ray's default settings) and/or "
                          "'direct' (the throughput-optimized settings `make serve` uses, the "
                          "client on the ingress replica's own port: no proxy in the path).")
+    ap.add_argument("--ray-only", type=float, default=None, metavar="CAPACITY_RPS",
+                    help="Run only the Ray arms, at this capacity (from an earlier full run).")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
     args = ap.parse_args()
@@ -193,6 +195,17 @@ def main() -> None:
         else:
             build_demo_repository(repo, only=["iris-mlp2x16"])
         make_device_model(repo, device_ms=args.device_ms)
+        if args.ray_only is not None:  # the Ray arms alone, at a capacity measured before
+            arms = {m: _ray_arm(m, repo, Path(tmp), args=args, capacity=args.ray_only)
+                    for m in args.ray_modes}
+            emit({"benchmark": "overload_http", "ray_only": True, "capacity_rps": args.ray_only,
+                  "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES,
+                            "deadline_ms": args.deadline_ms, "mix": MIX,
+                            "seconds_per_level": args.seconds},
+                  **{f"edge_behind_ray_{'proxy' if m == 'proxy' else 'direct_ingress'}": a
+                     for m, a in arms.items()},
+                  "wall_s": round(time.monotonic() - t0, 1)}, args.json)
+            return
         base = run_arm(repo, edge=False, args=args, capacity=None)
         capacity = base["capacity_rps"]
         edge = run_arm(repo, edge=True, args=args, capacity=capacity)
