@@ -28,7 +28,9 @@ def hostram_deployment(repo: str, names: list[str], k: int, common: dict, sample
         def __init__(self) -> None:
             torch.set_num_threads(1)
             self.host: dict[str, torch.nn.Module] = {}
-            with torch.inference_mode():
+            # no_grad, not inference_mode: the encoders' embedding renormalises its weight in
+            # place, and a weight touched in inference mode cannot be copied in normal mode later
+            with torch.no_grad():
                 for name in names:
                     m = torch.jit.load(os.path.join(repo, name, "1", "model.pt")).eval()
                     for _ in range(3):  # TorchScript's profiling runs, paid at start
@@ -50,7 +52,7 @@ def hostram_deployment(repo: str, names: list[str], k: int, common: dict, sample
         async def __call__(self, x: np.ndarray, deadline_s: float) -> bool:
             model = await self.get_model(serve.get_multiplexed_model_id())
             t0 = time.perf_counter()
-            with torch.inference_mode():
+            with torch.no_grad():
                 model(torch.from_numpy(x))
             self.forwards += 1
             self.forward_s += time.perf_counter() - t0

@@ -117,7 +117,7 @@ def _model_config(spec: DemoSpec, split: Split, accuracy: float, n_params: int) 
         "max_batch_size": 64,
         # No waiting for rows: requests that queue while the device is busy still share one
         # forward, and a wait only adds latency for closed-loop callers (benchmarks.batching:
-        # c=1 p50 +2.2 ms and c=16 0.96x throughput with 2 ms, +0.0 ms and 2.5x with 0).
+        # c=1 p50 +2.3 ms and c=16 1.6x throughput with 2 ms; +0.0 ms and 2.6x with 0).
         "batch_wait_ms": 0.0,
         "priority": spec.priority,
         "device": "any",
