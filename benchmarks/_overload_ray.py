@@ -46,16 +46,25 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
 
 def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
                 capacity: float, run_level: Callable[[int, float, int], dict[str, Any]],
-                edge_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary."""
+                edge_overrides: dict[str, Any] | None = None,
+                ray_env: dict[str, str] | None = None, direct: bool = False) -> dict[str, Any]:
+    """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary.
+    ``ray_env``: Ray Serve settings for this Ray instance (set before it starts, restored
+    after); ``direct``: the client talks to the ingress replica's own port (direct ingress)
+    instead of Serve's proxy."""
+    import os
+
     import ray
     from ray import serve
 
+    from pool.trust import TrustSettings
     from router.app import build_from_settings
     from router.edge import EdgeSettings
     from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
 
     port = _port()
+    saved = {k: os.environ.get(k) for k in (ray_env or {})}
+    os.environ.update(ray_env or {})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -63,11 +72,18 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             repository=str(repo), state_dir=str(state_dir), default_deadline_ms=deadline_ms,
             cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
             call_log=CallLogSettings(path=str(state_dir / "calllog.jsonl")),
-            edge=EdgeSettings(**(edge_overrides or {})))
+            edge=EdgeSettings(**(edge_overrides or {})),
+            # as the uvicorn server does: the chaos factory its device-bound model names
+            trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
+        if direct:
+            from benchmarks.http_throughput import replica_port
+
+            port = replica_port("timeshare")
         _wait_ready(f"http://127.0.0.1:{port}")
         edge = settings.edge
         return {
+            "ray_env": dict(ray_env or {}), "path": "direct ingress" if direct else "proxy",
             "ingress_max_ongoing_requests": edge.ingress_max_ongoing_requests,
             "ingress_max_queued_requests": edge.ingress_max_queued_requests,
             "levels": {f"{m}x": run_level(port, m * capacity, m) for m in levels}}
@@ -76,3 +92,8 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             serve.shutdown()
         finally:
             ray.shutdown()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -24,6 +24,10 @@ Targets (``meets_targets`` when all hold): HTTP p50 at concurrency 1 at most sto
 throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x stock's; knee at
 least stock's. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve environment settings (e.g.
 ``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``) before Ray starts, for both apps alike.
+``--ingress direct`` turns on Ray Serve's direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``,
+also implied by throughput-optimized mode) and sends the HTTP arms to each app's ingress replica
+on its own port (read from the controller's target groups) instead of through Serve's proxy: the
+proxy hop's share is then the difference to a ``--ingress proxy`` run.
 """
 
 from __future__ import annotations
@@ -224,8 +228,31 @@ def _handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
             model=args.model, inputs={in_name: x})),
         "stock": lambda: stock.infer.remote(x),
     }
-    return {a: {f"c{c}": asyncio.run(_handle_closed(calls[a], c, args.handle_s, 1.0))
-                for c in (1, 16)} for a in calls}
+    async def all_runs() -> dict:
+        # one event loop for every run: with Serve's router on the caller's loop
+        # (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0, throughput-optimized mode) a handle is bound
+        # to the loop it was first used on
+        return {a: {f"c{c}": await _handle_closed(calls[a], c, args.handle_s, 1.0)
+                    for c in (1, 16)} for a in calls}
+
+    return asyncio.run(all_runs())
+
+
+def replica_port(app: str, timeout_s: float = 60.0) -> int:
+    """The HTTP port of ``app``'s ingress replica under direct ingress (one replica here)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None, "Serve is not running"
+    controller = client._controller
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for group in ray.get(controller.get_target_groups.remote(app)):
+            if group.protocol == "HTTP" and group.targets and group.app_name == app:
+                return int(group.targets[0].port)
+        time.sleep(0.5)
+    raise TimeoutError(f"{app}: no direct-ingress HTTP target within {timeout_s:.0f}s")
 
 
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
@@ -244,10 +271,13 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
         serve.run(_stock_app(str(path), threads, args.model), name="stock",
                   route_prefix="/stock")
         ts_path = f"/v2/models/{args.model}/infer"
+        ts_port = stock_port = port
+        if args.ingress == "direct":
+            ts_port, stock_port = replica_port("timeshare"), replica_port("stock")
         targets = {
-            "timeshare": (port, ts_path, _body(in_name, x, bypass=True)),
-            "timeshare_hit": (port, ts_path, _body(in_name, x, bypass=False)),
-            "stock": (port, "/stock", _body(in_name, x, bypass=False)),
+            "timeshare": (ts_port, ts_path, _body(in_name, x, bypass=True)),
+            "timeshare_hit": (ts_port, ts_path, _body(in_name, x, bypass=False)),
+            "stock": (stock_port, "/stock", _body(in_name, x, bypass=False)),
             "null": (null_port, "/", _body(in_name, x, bypass=False)),
         }
 
@@ -262,9 +292,15 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
                                     answers["stock"]["outputs"][0]["data"], atol=1e-4))
                 for a in answers}
         http, sweeps = _http_runs(load, args, targets)
-        handle = _handle_runs(args, in_name, x)
+        try:
+            handle = _handle_runs(args, in_name, x)
+        except Exception as e:  # noqa: BLE001 - the HTTP figures stand without the handle's
+            handle = {"error": f"{type(e).__name__}: {e}"}
     finally:
-        serve.shutdown()
+        try:
+            serve.shutdown()
+        except RuntimeError:  # a handle bound to the closed loop of the handle runs (above)
+            pass
         ray.shutdown()
     return {"http": http, "sweeps": sweeps, "handle": handle, "same": same,
             "ray": ray.__version__}
@@ -282,6 +318,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for kv in args.ray_env:
         k, _, v = kv.partition("=")
         os.environ[k] = v
+    if args.ingress == "direct":
+        os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
     ctx = mp.get_context("spawn")
     null_port = _free_port()
     ready = ctx.Event()
@@ -306,6 +344,7 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
         "benchmark": "http_throughput",
         "model": args.model,
         "ray_env": list(args.ray_env),
+        "ingress": args.ingress,
         "forward_in_process": forward,
         "http": http,
         "client_overhead": {"null_c1_p50_ms": http["null"]["c1"]["p50_ms"],
@@ -318,10 +357,7 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
                                           / http["stock"]["c1"]["p50_ms"], 3),
             "http_c16_rps_vs_stock": checks["throughput_c16_vs_stock"]["value"],
             "http_hit_c16_rps_vs_stock": checks["cache_hit_throughput_c16_vs_stock"]["value"],
-            "handle_c1_p50_vs_stock": round(handle["timeshare"]["c1"]["p50_ms"]
-                                            / handle["stock"]["c1"]["p50_ms"], 3),
-            "handle_c16_rps_vs_stock": round(handle["timeshare"]["c16"]["throughput_rps"]
-                                             / handle["stock"]["c16"]["throughput_rps"], 3),
+            **_handle_ratios(handle),
             "knee_vs_stock": checks["knee_vs_stock"]["value"],
         },
         "answers_match_stock": m["same"],
@@ -330,6 +366,15 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "torch": torch.__version__, "ray": m["ray"]},
     }
+
+
+def _handle_ratios(handle: dict) -> dict[str, float]:
+    if "error" in handle:
+        return {}
+    ts, stock = handle["timeshare"], handle["stock"]
+    return {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
+            "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
+                                             / stock["c16"]["throughput_rps"], 3)}
 
 
 def _wait_ready(load, timeout_s: float = 120.0) -> None:
@@ -356,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--handle-s", type=float, default=3.0, help="seconds per handle run")
     p.add_argument("--rates", type=float, nargs="+", default=[25, 50, 75, 100, 125, 150, 200, 250])
     p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy",
+                   help="HTTP through Serve's proxy, or straight to each app's replica port")
     p.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     args = p.parse_args(argv)
     if args.quick:

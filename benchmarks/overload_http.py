@@ -8,6 +8,10 @@ Serve's proxy is not in the path (its share is the hop this code does not contro
 ``router.edge``). The model holds the device ``--device-ms`` per request (max batch 1), so the
 capacity is fixed and measured in the same run (closed loop, the baseline server).
 
+Behind Ray (``--ray-modes``, 1x and 3x, the same schedules): ``proxy`` (Serve's proxy in front,
+Ray's default settings) and ``direct`` (the settings ``make serve`` uses, ``deploy.ray_env``, with
+direct ingress: the client talks to the ingress replica's own port, no proxy in the path).
+
 Two arms, the same arrival schedules: ``baseline`` (``edge.enabled: false``: today's behaviour)
 and ``edge``. Traffic: 20 % realtime, 50 % interactive, 30 % batch, deadline 500 ms, the priority
 in the v2 body's ``parameters`` (the edge reads it with a bounded scan of the raw body). The
@@ -142,6 +146,26 @@ def targets(arm: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
     return out
 
 
+RAY_MODES = ("proxy", "direct")
+
+
+def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
+    from benchmarks._overload_ray import run_ray_arm
+    from deploy.ray_env import SERVE_ENV
+
+    direct = mode == "direct"
+    try:
+        return run_ray_arm(
+            repo, tmp, deadline_ms=args.deadline_ms, levels=(1, 3),
+            edge_overrides=EDGE_OVERRIDES, capacity=capacity,
+            ray_env={**SERVE_ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"} if direct else {},
+            direct=direct,
+            run_level=lambda port, rate, m: run_level(port, rate, m, args=args,
+                                                      capacity=capacity))
+    except Exception as e:  # noqa: BLE001 - the main arms' figures stand without it
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
@@ -152,6 +176,12 @@ def main() -> None:
     ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=True,
                     help="Also run the edge behind Ray Serve's proxy (1x, 3x) to measure the "
                          "share of the hop in front of it.")
+    ap.add_argument("--ray-modes", nargs="+", choices=RAY_MODES, default=list(RAY_MODES),
+                    help="Behind Ray: 'proxy' (Serve's proxy, Ray's default settings) and/or "
+                         "'direct' (the throughput-optimized settings `make serve` uses, the "
+                         "client on the ingress replica's own port: no proxy in the path).")
+    ap.add_argument("--ray-only", type=float, default=None, metavar="CAPACITY_RPS",
+                    help="Run only the Ray arms, at this capacity (from an earlier full run).")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
     args = ap.parse_args()
@@ -165,21 +195,23 @@ def main() -> None:
         else:
             build_demo_repository(repo, only=["iris-mlp2x16"])
         make_device_model(repo, device_ms=args.device_ms)
+        if args.ray_only is not None:  # the Ray arms alone, at a capacity measured before
+            arms = {m: _ray_arm(m, repo, Path(tmp), args=args, capacity=args.ray_only)
+                    for m in args.ray_modes}
+            emit({"benchmark": "overload_http", "ray_only": True, "capacity_rps": args.ray_only,
+                  "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES,
+                            "deadline_ms": args.deadline_ms, "mix": MIX,
+                            "seconds_per_level": args.seconds},
+                  **{f"edge_behind_ray_{'proxy' if m == 'proxy' else 'direct_ingress'}": a
+                     for m, a in arms.items()},
+                  "wall_s": round(time.monotonic() - t0, 1)}, args.json)
+            return
         base = run_arm(repo, edge=False, args=args, capacity=None)
         capacity = base["capacity_rps"]
         edge = run_arm(repo, edge=True, args=args, capacity=capacity)
-        ray_arm = None
-        if args.ray:
-            from benchmarks._overload_ray import run_ray_arm
-
-            try:
-                ray_arm = run_ray_arm(
-                    repo, Path(tmp), deadline_ms=args.deadline_ms, levels=(1, 3),
-                    edge_overrides=EDGE_OVERRIDES,
-                    capacity=capacity, run_level=lambda port, rate, m: run_level(
-                        port, rate, m, args=args, capacity=capacity))
-            except Exception as e:  # noqa: BLE001 - the main arms' figures stand without it
-                ray_arm = {"error": f"{type(e).__name__}: {e}"}
+        ray_arms: dict[str, Any] = {}
+        for mode in (args.ray_modes if args.ray else ()):
+            ray_arms[mode] = _ray_arm(mode, repo, Path(tmp), args=args, capacity=capacity)
     t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
     overload = [k for k in t_edge if k != "1x"]
     ratios = {k: {"goodput_edge_over_baseline": round(
@@ -196,7 +228,8 @@ def main() -> None:
                   "cpus": os.cpu_count()},
         "capacity_rps": capacity,
         "edge": edge, "baseline": base,
-        "edge_behind_ray_proxy": ray_arm,
+        "edge_behind_ray_proxy": ray_arms.get("proxy"),
+        "edge_behind_ray_direct_ingress": ray_arms.get("direct"),
         "targets": {"edge": t_edge, "baseline": t_base}, "ratios": ratios,
         "meets_targets": all(t_edge[k]["all"] for k in overload),
         "baseline_meets_targets": all(t_base[k]["all"] for k in overload),

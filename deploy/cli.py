@@ -43,7 +43,9 @@ def _serve(args: argparse.Namespace) -> int:
         config = _with_environment(Path(args.config), args.env)
     cmd = [str(serve_bin), "run", config]
     print("$", " ".join(cmd), flush=True)
-    os.execv(cmd[0], cmd)
+    from deploy.ray_env import serve_environment  # Ray Serve's measured fast paths
+
+    os.execve(cmd[0], cmd, serve_environment(os.environ))
     return 0  # not reached
 
 

@@ -28,7 +28,7 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +46,14 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class InferHandler(Protocol):
+    """Answers a plain v2 infer request from the body the edge read (``router.http_infer``)."""
+
+    def match(self, scope: Scope) -> tuple[str, str | None] | None: ...
+    async def __call__(self, scope: Scope, name: str, version: str | None, body: bytes,
+                       send: Send) -> None: ...
 
 
 class EdgeSettings(BaseModel):
@@ -184,8 +192,10 @@ class EdgeMiddleware:
     """Pure ASGI middleware; see the module docstring. ``max_body_bytes``: the app's limit."""
 
     def __init__(self, app: ASGIApp, *, settings: EdgeSettings, max_body_bytes: int,
-                 default_deadline_ms: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 default_deadline_ms: float, clock: Callable[[], float] = time.monotonic,
+                 infer: InferHandler | None = None) -> None:
         self.app = app
+        self.infer = infer
         self.settings = settings
         self.max_body_bytes = max_body_bytes
         self.default_deadline_s = default_deadline_ms / 1000.0
@@ -240,7 +250,8 @@ class EdgeMiddleware:
 
     async def _app(self, scope: Scope, body: bytes, receive: Receive, send: Send,
                    arrived: float) -> None:
-        """The app, with the body already read replayed to it."""
+        """The app, with the body already read replayed to it; a plain infer request goes
+        straight to the ``infer`` handler with the body (no routing, no replay)."""
         replayed = False
 
         async def replay() -> Message:
@@ -257,6 +268,11 @@ class EdgeMiddleware:
                 msg = {**msg, "headers": [*msg.get("headers", ()), (b"server-timing", dur)]}
             await send(msg)
 
+        target = self.infer.match(scope) if self.infer is not None else None
+        if target is not None:
+            assert self.infer is not None
+            await self.infer(scope, target[0], target[1], body, timed)
+            return
         await self.app(scope, replay, timed)
 
     def _priority(self, scope: Scope, body: bytes) -> Priority:
@@ -307,7 +323,9 @@ class EdgeMiddleware:
                 if msg["type"] == "http.disconnect":
                     raise _Refused(400, "body: client disconnected", "InvalidRequest", "body")
                 chunk = msg.get("body", b"")
-                if size < json_limit and not scanner.feed(chunk[: json_limit - size]):
+                part = chunk[: json_limit - size]
+                last = not msg.get("more_body", False) or len(part) < len(chunk)
+                if size < json_limit and not scanner.feed(part, last=last):
                     raise _Refused(400, f"body: JSON nested deeper than "
                                         f"{self.settings.max_json_depth}", "InvalidRequest", "body")
                 size += len(chunk)
@@ -342,10 +360,11 @@ class EdgeMiddleware:
 
 
 def mount_edge(app: Any, *, settings: EdgeSettings, max_body_bytes: int,
-               default_deadline_ms: float) -> Any:
-    """Wrap a Starlette/FastAPI ``app`` with the edge (outermost), in place; returns ``app``."""
+               default_deadline_ms: float, infer: InferHandler | None = None) -> Any:
+    """Wrap a Starlette/FastAPI ``app`` with the edge (outermost), in place; returns ``app``.
+    ``infer``: answers plain v2 infer requests without the app's routing (see the handler)."""
     app.add_middleware(EdgeMiddleware, settings=settings, max_body_bytes=max_body_bytes,
-                       default_deadline_ms=default_deadline_ms)
+                       default_deadline_ms=default_deadline_ms, infer=infer)
     return app
 
 

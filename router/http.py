@@ -17,10 +17,8 @@ from typing import Any, Protocol
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from router.edge import arrival_s, shed_reason
 from router.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -28,23 +26,22 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
-from router.schemas import CacheControl, InferenceRequest, InferenceResponse
-from router.ui import ui_routes
-from router.v2 import (
-    HEADER_LENGTH,
-    DecodedRequest,
-    check_bool,
-    decode_infer_request,
-    encode_infer_response,
-    parse_decimal,
+from router.http_infer import (
+    MAX_NAME_CHARS,
+    check_name,
+    decode_infer,
+    presented_key,
+    request_from_v2,
 )
+from router.schemas import InferenceRequest, InferenceResponse
+from router.ui import ui_routes
+from router.v2 import DecodedRequest, encode_infer_response, parse_decimal
 from router.v2_schema import ERROR_RESPONSES, INFER_BODY
 
 __all__ = ["Frontend", "build_http_app", "request_from_v2", "MAX_NAME_CHARS"]
 
 log = logging.getLogger(__name__)
 
-MAX_NAME_CHARS = 256  # model, route and version names longer than this are refused (400)
 _STATUS_TYPES = {404: ModelNotFound, 405: InvalidRequest, 413: PayloadTooLarge}
 
 
@@ -86,60 +83,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise PayloadTooLarge(f"body: exceeds the limit of {limit} bytes", field="body")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _number(p: dict[str, Any], key: str) -> float | None:
-    value = p.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidRequest(f"parameters.{key}: expected a number, got {value!r}",
-                             field=f"parameters.{key}")
-    return float(value)
-
-
-def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
-                    caller_key: str | None = None) -> InferenceRequest:
-    """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras)."""
-    p = decoded.parameters
-    deadline_ms = _number(p, "deadline_ms")
-    timeout = _number(p, "timeout")
-    if deadline_ms is None and timeout is not None and timeout > 0:
-        deadline_ms = timeout / 1000.0  # Triton's timeout is in microseconds
-    for key in ("text", "caller"):
-        if p.get(key) is not None and not isinstance(p[key], str):
-            raise InvalidRequest(f"parameters.{key}: expected a string, got {p[key]!r}",
-                                 field=f"parameters.{key}")
-    skip = {k: check_bool(p.get(f"cache_{k}", False), f"parameters.cache_{k}")
-            for k in ("skip_read", "skip_write")}
-    fields: dict[str, Any] = {
-        "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
-        "deadline_ms": deadline_ms, "cache": CacheControl(**skip), "caller_key": caller_key,
-    }
-    if p.get("priority") is not None:
-        fields["priority"] = p["priority"]
-    if p.get("caller") is not None:
-        fields["caller"] = p["caller"]
-    if decoded.request_id:
-        fields["request_id"] = decoded.request_id
-    try:
-        return InferenceRequest(**fields)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        name = loc if loc.startswith("inputs") else f"parameters.{loc}"
-        raise InvalidRequest(f"{name}: {err['msg']}", field=name) from None
-
-
-def _check_name(kind: str, value: str | None) -> None:
-    if value is not None and len(value) > MAX_NAME_CHARS:
-        raise InvalidRequest(f"{kind}: longer than {MAX_NAME_CHARS} characters", field=kind)
-
-
-def _presented_key(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    key = auth[7:] if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
-    return key or None
 
 
 def build_http_app(front: Frontend) -> FastAPI:
@@ -214,13 +157,13 @@ def _model_routes(front: Frontend) -> APIRouter:
     r = APIRouter(responses=ERROR_RESPONSES)
 
     async def _metadata(name: str, version: str | None):
-        _check_name("model", name)
-        _check_name("version", version)
+        check_name("model", name)
+        check_name("version", version)
         return await front.model_metadata(name, version)
 
     async def _ready(name: str, version: str | None):
-        _check_name("model", name)
-        _check_name("version", version)
+        check_name("model", name)
+        check_name("version", version)
         try:
             await front.model_ready(name, version)
         except TimeshareError as e:
@@ -248,32 +191,10 @@ def _model_routes(front: Frontend) -> APIRouter:
 
 async def _decode(front: Frontend, name: str, version: str | None, request: Request, *,
                   stream: bool) -> tuple[DecodedRequest, InferenceRequest]:
-    _check_name("model", name)
-    _check_name("version", version)
+    check_name("model", name)
+    check_name("version", version)
     body = await _read_body(request, front.max_body_bytes)
-    hl = request.headers.get(HEADER_LENGTH)
-    if hl is not None and stream:
-        raise InvalidRequest("Inference-Header-Content-Length: infer_stream takes JSON bodies "
-                             "only", field="Inference-Header-Content-Length")
-    length = parse_decimal(hl, "Inference-Header-Content-Length") if hl is not None else None
-    decoded = decode_infer_request(body, length)
-    if stream:
-        _check_json_only(decoded)
-    req = request_from_v2(name, version, decoded, caller_key=_presented_key(request))
-    req.arrival_s = arrival_s(request.scope)  # edge hook (#14): the deadline runs from arrival
-    req.shed_reason = shed_reason(request.scope)
-    return decoded, req
-
-
-def _check_json_only(decoded: DecodedRequest) -> None:
-    """Server-sent events carry JSON text: binary outputs cannot be streamed."""
-    if decoded.binary_all:
-        raise InvalidRequest("parameters.binary_data_output: infer_stream sends JSON only",
-                             field="parameters.binary_data_output")
-    for name, binary in decoded.outputs or ():
-        if binary:
-            raise InvalidRequest(f"outputs.{name}.parameters.binary_data: infer_stream sends "
-                                 f"JSON only", field=f"outputs.{name}.parameters.binary_data")
+    return decode_infer(name, version, body, request.headers, request.scope, stream=stream)
 
 
 def _infer_routes(front: Frontend) -> APIRouter:
@@ -332,7 +253,7 @@ def _infer_routes(front: Frontend) -> APIRouter:
 def _check_key(front: Frontend, request: Request) -> None:
     if front.api_key is None:
         raise Unauthorized("repository API disabled: no api_key configured")
-    given = _presented_key(request) or ""
+    given = presented_key(request.headers) or ""
     if not given or not hmac.compare_digest(given.encode(), front.api_key.encode()):
         raise Unauthorized("missing or wrong API key (Authorization: Bearer KEY or X-API-Key)")
 
@@ -348,13 +269,13 @@ def _admin_routes(front: Frontend) -> APIRouter:
     @r.post("/v2/repository/models/{name}/load")
     async def repo_load(name: str, request: Request):
         _check_key(front, request)
-        _check_name("name", name)
+        check_name("name", name)
         return await front.load_model(name)
 
     @r.post("/v2/repository/models/{name}/unload")
     async def repo_unload(name: str, request: Request):
         _check_key(front, request)
-        _check_name("name", name)
+        check_name("name", name)
         return await front.unload_model(name)
 
     return r

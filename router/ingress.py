@@ -41,6 +41,7 @@ from router.errors import (
     Unauthorized,
 )
 from router.http import build_http_app
+from router.http_infer import InferEndpoint
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.routes import build_strategy, load_routes
@@ -118,7 +119,8 @@ class Ingress:
         )
         self._app = mount_edge(build_http_app(self), settings=s.edge,
                                max_body_bytes=s.max_body_bytes,
-                               default_deadline_ms=s.default_deadline_ms)
+                               default_deadline_ms=s.default_deadline_ms,
+                               infer=InferEndpoint(self))
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
         if alerter is not None:
             from alerting.config import load_config

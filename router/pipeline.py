@@ -182,22 +182,24 @@ class Pipeline:
         """One model's answer; ``inputs`` when the caller already validated them for it."""
         entry, version = await self.catalog.resolve(model, version)
         cfg = config_of(entry)
-        valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
-        deadline = deadline or Deadline.for_request(
-            request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
-            app_default_ms=self.config.default_deadline_ms, clock=self._clock,
-            arrival_s=req.arrival_s)
-        pool = pool or choose_pool(cfg, tuple(self.pools))
-        now = self._clock()
-        wall = self._wall()
-        work = PoolWork(model, version, valid, req.priority,
-                        deadline_at=wall + deadline.remaining(),
-                        arrived_at=wall - (now - (start if req.arrival_s is None
-                                                  else req.arrival_s)),
-                        caller=req.caller, request_id=req.request_id, config=cfg)
 
         async def compute() -> tuple[_Answer, bool]:
-            answer = await self._run_chain(req, work, pool, deadline)
+            # Only a miss validates and builds the work: a hit's inputs were validated when
+            # its answer was computed (the key holds the model, version and the inputs' bytes).
+            valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
+            dl = deadline or Deadline.for_request(
+                request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
+                app_default_ms=self.config.default_deadline_ms, clock=self._clock,
+                arrival_s=req.arrival_s)
+            now = self._clock()
+            wall = self._wall()
+            work = PoolWork(model, version, valid, req.priority,
+                            deadline_at=wall + dl.remaining(),
+                            arrived_at=wall - (now - (start if req.arrival_s is None
+                                                      else req.arrival_s)),
+                            caller=req.caller, request_id=req.request_id, config=cfg)
+            answer = await self._run_chain(req, work, pool or choose_pool(cfg, tuple(self.pools)),
+                                           dl)
             return answer, not answer.degraded
 
         if self.cache is None:

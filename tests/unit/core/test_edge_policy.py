@@ -114,6 +114,17 @@ def test_depth_scanner_matches_json_depth_across_chunks(chunk: int) -> None:
     assert all(s.feed(raw[i:i + chunk]) for i in range(0, len(raw), chunk)) and s.depth == 0
 
 
+@pytest.mark.parametrize("limit", [3, 4, 5, 40])
+def test_depth_scanner_last_chunk_shortcut_agrees_with_the_scan(limit: int) -> None:
+    # Brackets in strings make the count (24) overshoot the true depth (4): the shortcut may
+    # only skip the scan when even the overcount fits, never decide a refusal by itself.
+    raw = json.dumps({"a": [[{"s": "[[[[[[[[[[", "t": "{{{{{{{{{{"}]]}).encode()
+    assert DepthScanner(limit).feed(raw, last=True) is DepthScanner(limit).feed(raw) is (
+        limit >= 4)
+    deep = b"[" * 6 + b"]" * 6
+    assert DepthScanner(5).feed(deep, last=True) is False
+
+
 def test_depth_scanner_refuses_deep_nesting_early() -> None:
     s = DepthScanner(32)
     body = b"[" * 1_000_000 + b"]" * 1_000_000

@@ -1,0 +1,177 @@
+"""The v2 ``infer`` route as a plain ASGI endpoint, called by the edge with the body it has read.
+
+Behind the edge (``router.edge``), a plain ``POST /v2/models/{name}[/versions/{version}]/infer``
+does not go through FastAPI: its routing (a regex per route), exception middleware, ``Request``
+object and body replay cost the ingress more CPU per request than the pipeline's cache hit does
+(docs/PERFORMANCE.md). The edge already holds the whole body, so it hands it here: decode,
+``Frontend.infer``, encode, answer. Responses and errors are byte-for-byte the FastAPI route's
+(same decoder, same encoder, the same ``{"error", "type", "field"}`` bodies), and every other
+path (streaming, metadata, repository, status) still goes through FastAPI.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+
+from router.edge import arrival_s, shed_reason
+from router.errors import InvalidRequest, TimeshareError
+from router.schemas import CacheControl, InferenceRequest
+from router.v2 import (
+    HEADER_LENGTH,
+    DecodedRequest,
+    check_bool,
+    decode_infer_request,
+    encode_infer_response,
+    parse_decimal,
+)
+
+if TYPE_CHECKING:
+    from router.http import Frontend
+
+__all__ = ["InferEndpoint", "MAX_NAME_CHARS", "check_json_only", "check_name", "decode_infer",
+           "match_infer", "presented_key", "request_from_v2"]
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 256  # model, route and version names longer than this are refused (400)
+Scope = MutableMapping[str, Any]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+
+
+def match_infer(scope: Scope) -> tuple[str, str | None] | None:
+    """``(model, version)`` when the scope is a plain v2 infer POST (not ``infer_stream``)."""
+    if scope.get("method") != "POST":
+        return None
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):  # Starlette keeps the mount prefix in the path
+        path = path[len(root):]
+    m = _INFER.fullmatch(path)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def check_name(kind: str, value: str | None) -> None:
+    if value is not None and len(value) > MAX_NAME_CHARS:
+        raise InvalidRequest(f"{kind}: longer than {MAX_NAME_CHARS} characters", field=kind)
+
+
+def presented_key(headers: Headers) -> str | None:
+    """The caller's key: ``Authorization: Bearer KEY`` or ``X-API-Key``."""
+    auth = headers.get("authorization", "")
+    key = auth[7:] if auth.lower().startswith("bearer ") else headers.get("x-api-key")
+    return key or None
+
+
+def _number(p: dict[str, Any], key: str) -> float | None:
+    value = p.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"parameters.{key}: expected a number, got {value!r}",
+                             field=f"parameters.{key}")
+    return float(value)
+
+
+def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
+                    caller_key: str | None = None) -> InferenceRequest:
+    """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras)."""
+    p = decoded.parameters
+    deadline_ms = _number(p, "deadline_ms")
+    timeout = _number(p, "timeout")
+    if deadline_ms is None and timeout is not None and timeout > 0:
+        deadline_ms = timeout / 1000.0  # Triton's timeout is in microseconds
+    for key in ("text", "caller"):
+        if p.get(key) is not None and not isinstance(p[key], str):
+            raise InvalidRequest(f"parameters.{key}: expected a string, got {p[key]!r}",
+                                 field=f"parameters.{key}")
+    skip = {k: check_bool(p.get(f"cache_{k}", False), f"parameters.cache_{k}")
+            for k in ("skip_read", "skip_write")}
+    fields: dict[str, Any] = {
+        "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
+        "deadline_ms": deadline_ms, "cache": CacheControl(**skip), "caller_key": caller_key,
+    }
+    if p.get("priority") is not None:
+        fields["priority"] = p["priority"]
+    if p.get("caller") is not None:
+        fields["caller"] = p["caller"]
+    if decoded.request_id:
+        fields["request_id"] = decoded.request_id
+    try:
+        return InferenceRequest(**fields)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        name = loc if loc.startswith("inputs") else f"parameters.{loc}"
+        raise InvalidRequest(f"{name}: {err['msg']}", field=name) from None
+
+
+def check_json_only(decoded: DecodedRequest) -> None:
+    """Server-sent events carry JSON text: binary outputs cannot be streamed."""
+    if decoded.binary_all:
+        raise InvalidRequest("parameters.binary_data_output: infer_stream sends JSON only",
+                             field="parameters.binary_data_output")
+    for name, binary in decoded.outputs or ():
+        if binary:
+            raise InvalidRequest(f"outputs.{name}.parameters.binary_data: infer_stream sends "
+                                 f"JSON only", field=f"outputs.{name}.parameters.binary_data")
+
+
+def decode_infer(name: str, version: str | None, body: bytes, headers: Headers, scope: Scope,
+                 *, stream: bool) -> tuple[DecodedRequest, InferenceRequest]:
+    """The request a v2 infer body asks for, with the edge's arrival stamp and shed mark
+    (the caller has checked the names already: before reading the body)."""
+    hl = headers.get(HEADER_LENGTH)
+    if hl is not None and stream:
+        raise InvalidRequest("Inference-Header-Content-Length: infer_stream takes JSON bodies "
+                             "only", field="Inference-Header-Content-Length")
+    length = parse_decimal(hl, "Inference-Header-Content-Length") if hl is not None else None
+    decoded = decode_infer_request(body, length)
+    if stream:
+        check_json_only(decoded)
+    req = request_from_v2(name, version, decoded, caller_key=presented_key(headers))
+    req.arrival_s = arrival_s(scope)  # edge hook (#14): the deadline runs from arrival
+    req.shed_reason = shed_reason(scope)
+    return decoded, req
+
+
+async def _no_receive() -> MutableMapping[str, Any]:  # the body was read by the edge
+    return {"type": "http.disconnect"}
+
+
+class InferEndpoint:
+    """``await endpoint(scope, body, send)``: answers a v2 infer request the edge has read."""
+
+    def __init__(self, front: Frontend) -> None:
+        self.front = front
+
+    match = staticmethod(match_infer)
+
+    async def __call__(self, scope: Scope, name: str, version: str | None, body: bytes,
+                       send: Send) -> None:
+        try:
+            check_name("model", name)
+            check_name("version", version)
+            decoded, req = decode_infer(name, version, body, Headers(scope=scope), scope,
+                                        stream=False)
+            response = await self.front.infer(req)
+            payload, headers = encode_infer_response(response, decoded)
+        except TimeshareError as e:
+            await JSONResponse(e.to_dict(), status_code=e.status_code)(scope, _no_receive, send)
+            return
+        except Exception as e:  # a bug: still the app's error shape, as FastAPI's handler does
+            log.exception("unhandled error on POST %s", scope.get("path"))
+            body500 = {"error": f"internal error ({type(e).__name__})", "type": "TimeshareError"}
+            await JSONResponse(body500, status_code=500)(scope, _no_receive, send)
+            return
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        raw.append((b"content-length", str(len(payload)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
