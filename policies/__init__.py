@@ -33,6 +33,15 @@ from policies.eviction import (
     ResidentView,
     get_eviction_policy,
 )
+from policies.placement import (
+    ModelLoad,
+    Placement,
+    PlacementConfig,
+    ReplicaSlot,
+    plan_placement,
+    replicas_needed,
+    target_set,
+)
 from policies.priority import (
     Priority,
     parse_priority,
@@ -105,7 +114,14 @@ __all__ = [
     "PlanKind",
     "PoolStats",
     "PredictiveStrategy",
+    "ModelLoad",
+    "Placement",
+    "PlacementConfig",
     "Priority",
+    "ReplicaSlot",
+    "plan_placement",
+    "replicas_needed",
+    "target_set",
     "PriorityLruEviction",
     "PrioritySchedulingPolicy",
     "ReplicaView",

@@ -5,6 +5,13 @@ already resident on the device first, then replicas holding it in their host tie
 swap-in), then the rest; within each tier, shortest estimated wait for the request's priority
 first. Replicas whose stats are missing (just started) rank with the "rest" at an unknown wait,
 after the ones that reported.
+
+With a placement plan (``policies.placement``), the model's target set comes before every other
+replica: its members that reported share the first rank, whatever their residency (a hot model
+must reach the target replicas where it is not resident yet, or it never spreads), unless one's
+wait for the request's priority exceeds the best member's by more than ``TARGET_WAIT_SLACK_S``.
+Ray picks within a rank by its live queue length, fresher than the published waits (a stats
+period old), which would send a hot model's whole load to one replica per period.
 """
 
 from __future__ import annotations
@@ -13,7 +20,11 @@ from dataclasses import dataclass
 
 from policies.priority import Priority
 
-__all__ = ["ReplicaView", "RouteTarget", "rank_replicas", "model_matches"]
+__all__ = ["TARGET_WAIT_SLACK_S", "ReplicaView", "RouteTarget", "rank_replicas", "model_matches"]
+
+# Target replicas whose waits differ by less than this share a rank: below it the published wait
+# is noise next to one batch of the encoders we serve (a few ms to tens of ms).
+TARGET_WAIT_SLACK_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +58,19 @@ def model_matches(keys: frozenset[str], target: RouteTarget) -> bool:
 
 
 def rank_replicas(
-    replicas: list[ReplicaView] | tuple[ReplicaView, ...], target: RouteTarget
+    replicas: list[ReplicaView] | tuple[ReplicaView, ...], target: RouteTarget,
+    placed_on: frozenset[str] | None = None,
 ) -> list[list[str]]:
     """Replica ids in ranks, most preferred first (each rank is tried before the next).
 
     Replicas in a tier with the same estimated wait share a rank, so Ray's router can pick among
-    them by queue length.
+    them by queue length. ``placed_on``: the model's target replica set (ids), ranked first.
     """
+    if placed_on:
+        inside = [r for r in replicas if r.id in placed_on and r.queue_delay_s is not None]
+        if inside:
+            rest = [r for r in replicas if r not in inside]
+            return _target_ranks(inside, target.priority) + rank_replicas(rest, target)
 
     def tier(r: ReplicaView) -> int:
         if r.queue_delay_s is None:
@@ -80,3 +97,17 @@ def rank_replicas(
             last = k
         ranks[-1].append(r.id)
     return ranks
+
+
+def _wait(r: ReplicaView, priority: int) -> float:
+    if r.queue_delay_s is None:
+        return float("inf")
+    return float(r.queue_delay_s[min(int(priority), len(r.queue_delay_s) - 1)])
+
+
+def _target_ranks(inside: list[ReplicaView], priority: int) -> list[list[str]]:
+    """The target set: one rank within the wait slack of its best member, then the others."""
+    best = min(_wait(r, priority) for r in inside)
+    near = sorted(r.id for r in inside if _wait(r, priority) <= best + TARGET_WAIT_SLACK_S)
+    far = sorted((r for r in inside if r.id not in near), key=lambda r: (_wait(r, priority), r.id))
+    return [near] + [[r.id] for r in far]

@@ -15,18 +15,28 @@ Use it on a pool deployment that publishes :meth:`RoutingStats.to_dict` from its
 The request's model, version and class are read from the typed ``pool.work.PoolWork`` the
 router sends as the only argument of ``infer``; any other call (``status``, ``index``...) is
 ranked by wait only. Ranking itself is the pure ``policies.replica_ranking.rank_replicas``.
+
+Placement (``policies.placement``): the router counts the requests it routes per model
+(``ArrivalRates``, a sliding window) and reads the per-model compute the replicas publish; the
+model's target replica set is ranked first. Ray passes ``request_router_kwargs`` to
+``initialize_state``: ``placement`` (default True; False ranks as without a plan),
+``capacity_share``, ``default_compute_s``, ``rate_window_s``.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
+from policies.placement import ModelLoad, PlacementConfig, ReplicaSlot, target_set
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
 from pool.work import PoolWork
 
-__all__ = ["TimeshareRequestRouter", "route_target", "replica_view"]
+__all__ = ["ArrivalRates", "TimeshareRequestRouter", "route_target", "replica_view"]
 
 
 def route_target(pending_request: PendingRequest | None) -> RouteTarget:
@@ -52,8 +62,102 @@ def replica_view(replica_id: str, stats: dict[str, Any] | None) -> ReplicaView:
     )
 
 
+def _name(key: str) -> str:
+    return key.split("@", 1)[0]
+
+
+class ArrivalRates:
+    """Requests per second per model over the last ``window_s`` (this router's own traffic).
+
+    Bounded: one timestamp per request within the window per model, models without a request
+    in the window dropped."""
+
+    def __init__(self, window_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if window_s <= 0:
+            raise ValueError(f"rate_window_s must be > 0, got {window_s!r}")
+        self.window_s, self._clock = window_s, clock
+        self._seen: dict[str, deque[float]] = {}
+
+    def record(self, model: str) -> None:
+        self._seen.setdefault(model, deque()).append(self._clock())
+
+    def rate(self, model: str) -> float:
+        q = self._seen.get(model)
+        if not q:
+            return 0.0
+        cutoff = self._clock() - self.window_s
+        while q and q[0] < cutoff:
+            q.popleft()
+        if not q:
+            del self._seen[model]
+        return len(q) / self.window_s
+
+
+def model_load(model: str, rate: float, views: Sequence[tuple[str, dict[str, Any] | None]]
+               ) -> ModelLoad:
+    """The model's rate with the largest per-row compute any replica measured (None: none)."""
+    costs = [float(c) for _, stats in views if stats
+             for key, c in (stats.get("row_cost_s") or {}).items() if _name(key) == model]
+    return ModelLoad(rate, max(costs) if costs else None)
+
+
+def replica_slots(views: Sequence[tuple[str, dict[str, Any] | None]]) -> list[ReplicaSlot]:
+    """Placement's view of the replicas that reported stats (model names resident on each)."""
+    return [ReplicaSlot(rid, frozenset(_name(k) for k in stats.get("resident", ())))
+            for rid, stats in views if stats and "queue_delay_s" in stats]
+
+
 class TimeshareRequestRouter(RequestRouter):
-    """Ranks replicas: model resident first, then in host tier, then shortest estimated wait."""
+    """Ranks replicas: the model's placement target set first; then resident, then in host
+    tier, then shortest estimated wait."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.placement = True
+        self.placement_config = PlacementConfig()
+        self.rates = ArrivalRates()
+        # Ray calls choose_replicas again for the same request while it backs off; count each
+        # request once. Bounded: the last 4096 request ids.
+        self._counted: deque[object] = deque(maxlen=4096)
+        self._counted_set: set[object] = set()
+
+    def initialize_state(self, placement: bool = True, capacity_share: float = 0.5,
+                         default_compute_s: float = 0.01, rate_window_s: float = 5.0,
+                         **kwargs: Any) -> None:
+        """Ray calls this with ``request_router_kwargs`` (also with none: the defaults)."""
+        if kwargs:
+            raise ValueError(f"unknown request_router_kwargs {sorted(kwargs)}; valid: placement, "
+                             "capacity_share, default_compute_s, rate_window_s")
+        self.placement = bool(placement)
+        self.placement_config = PlacementConfig(capacity_share, default_compute_s)
+        self.rates = ArrivalRates(rate_window_s)
+
+    def _count(self, pending_request: PendingRequest | None, target: RouteTarget) -> None:
+        if pending_request is None or target.model is None:
+            return
+        # Ray's proxy and handles always set the id; a request without one is counted per call.
+        rid = getattr(pending_request.metadata, "internal_request_id", None)
+        if rid is None:
+            self.rates.record(target.model)
+            return
+        if rid in self._counted_set:
+            return
+        if len(self._counted) == self._counted.maxlen:
+            self._counted_set.discard(self._counted[0])
+        self._counted.append(rid)
+        self._counted_set.add(rid)
+        self.rates.record(target.model)
+
+    def placed_on(self, target: RouteTarget, views: Sequence[tuple[str, dict[str, Any] | None]]
+                  ) -> frozenset[str] | None:
+        """The target replica set of this request's model (None: no plan for it)."""
+        if not self.placement or target.model is None:
+            return None
+        slots = replica_slots(views)
+        if not slots:
+            return None
+        load = model_load(target.model, self.rates.rate(target.model), views)
+        return target_set(target.model, load, slots, self.placement_config)
 
     async def choose_replicas(
         self,
@@ -61,6 +165,9 @@ class TimeshareRequestRouter(RequestRouter):
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
-        views = [replica_view(rid, r.routing_stats) for rid, r in by_id.items()]
-        ranks = rank_replicas(views, route_target(pending_request))
+        stats = [(rid, r.routing_stats) for rid, r in by_id.items()]
+        target = route_target(pending_request)
+        self._count(pending_request, target)
+        views = [replica_view(rid, s) for rid, s in stats]
+        ranks = rank_replicas(views, target, self.placed_on(target, stats))
         return [[by_id[rid] for rid in rank] for rank in ranks]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -43,6 +44,9 @@ class RoutingStats:
     hosted: frozenset[str] = frozenset()  # models in the host tier (cheap swap-in)
     replica: str = ""  # this worker's incarnation (a restarted replica reports a new one)
     swaps: int = 0  # host -> device swap-ins since the worker started (cumulative)
+    # Measured device seconds per row, by model key (models measured on this replica only):
+    # the compute estimate of the placement policy (policies.placement).
+    row_cost_s: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Plain form for Ray Serve's ``record_routing_stats`` (read by the request router)."""
@@ -56,6 +60,7 @@ class RoutingStats:
             "memory_total_bytes": self.memory_total_bytes,
             "replica": self.replica,
             "swaps": self.swaps,
+            "row_cost_s": dict(self.row_cost_s),
         }
 
 

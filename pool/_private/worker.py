@@ -179,6 +179,7 @@ class DeviceWorker:
             hosted=frozenset(self.tiers.host_keys()),
             replica=self.incarnation,
             swaps=self.tiers.stats.swaps,
+            row_cost_s={m.key: m.row_cost_s for m in models if m.row_cost_s > 0},
         )
 
     def counters(self) -> DeviceCounters:
@@ -203,6 +204,7 @@ class DeviceWorker:
         mem = self.tiers.memory
         return {
             "device": self.device.label,
+            "replica": self.incarnation,
             "scheduler": self.policy.name,
             "models": sorted(self.queues.by_name),
             "resident": sorted(stats.resident),

@@ -86,3 +86,27 @@ async def test_request_router_ranks_real_running_replicas():
         return [[r.replica_id.unique_id for r in rank] for rank in ranks]
 
     assert await choose() == [["r2"], ["r1"]]
+
+    async def burst(**kwargs):
+        # A burst on a model resident nowhere: with the plan every request's first rank is the
+        # same single replica (one swap-in, the rest queue behind it); without it all three
+        # replicas share the first rank, so each could swap the model in.
+        router = TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN)
+        router.initialize_state(**kwargs)
+        reps = [replica(f"r{i}", ["a@1"], 0.0) for i in range(3)]
+        firsts = set()
+        for i in range(20):
+            meta = serve_common.RequestMetadata(request_id=f"q{i}", internal_request_id=f"q{i}")
+            req = PendingRequest(args=[work("cold", None, I)], kwargs={}, metadata=meta)
+            for _ in range(2):  # Ray asks again while the request backs off
+                ranks = await router.choose_replicas(reps, req)
+                firsts.add(tuple(r.replica_id.unique_id for r in ranks[0]))
+        return firsts, router.rates.rate("cold")
+
+    firsts, rate = await burst()
+    assert len(firsts) == 1 and len(next(iter(firsts))) == 1
+    assert rate == 20 / 5.0  # each routed request counted once toward the model's rate
+    assert await burst(placement=False) == ({("r0", "r1", "r2")}, 4.0)
+    with pytest.raises(ValueError, match="unknown request_router_kwargs"):
+        TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN
+                               ).initialize_state(capacity=0.5)
