@@ -8,7 +8,6 @@ forwards alert events to the alerter deployment fire-and-forget.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pool.control import ControlFile
 from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
 from pool.service import PoolService
+from router._private.callers import digest, identify
 from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
 from router._private.model_stats import ModelStatsRecorder
 from router._private.pool_totals import PoolTotals
@@ -34,18 +34,16 @@ from router.calllog import build_call_log
 from router.catalog import ModelCatalog
 from router.edge import mount_edge
 from router.errors import (
-    Forbidden,
     InvalidRequest,
     ModelNotFound,
     ServiceUnavailable,
-    Unauthorized,
 )
 from router.http import build_http_app
 from router.http_infer import InferEndpoint
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.routes import build_strategy, load_routes
-from router.schemas import ANONYMOUS, InferenceRequest, InferenceResponse
+from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
 from router.v2 import model_metadata, route_metadata
 
@@ -65,7 +63,7 @@ class Ingress:
         self.api_key = s.resolved_api_key()
         # Keys are looked up by digest: a dict probe on the secret itself would leak timing.
         self._caller_keys = None if s.caller_keys is None else {
-            _digest(k): who for k, who in s.caller_keys.items()}
+            digest(k): who for k, who in s.caller_keys.items()}
         self.max_body_bytes = s.max_body_bytes
         self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
         self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
@@ -372,38 +370,6 @@ def _no_route_version(route: str, version: str | None) -> None:
     if version is not None:
         raise InvalidRequest(f"version: {route!r} is a route (a virtual model) and has no "
                              f"versions; got {version!r}", field="version")
-
-
-def identify(request: InferenceRequest, keys: dict[str, str] | None) -> InferenceRequest:
-    """The request with its caller proven by its key (``keys``: key digest -> identity).
-
-    Without caller keys the declared caller stays, unverified. With them: no key means
-    anonymous (a declared caller is a 403), an unknown key is a 401, and a key whose identity
-    differs from the declared caller is a 403. The key itself never travels further.
-    """
-    key = request.caller_key
-    if keys is None:
-        if key is None and not request.caller_verified:
-            return request  # the common case: no copy
-        return request.model_copy(update={"caller_key": None, "caller_verified": False})
-    if key is None:
-        if request.caller != ANONYMOUS:
-            raise Forbidden(f"caller: {request.caller!r} needs its caller key (Authorization: "
-                            f"Bearer KEY); without one a request is {ANONYMOUS!r}",
-                            field="caller")
-        return request.model_copy(update={"caller_verified": False})
-    identity = keys.get(_digest(key))
-    if identity is None:
-        raise Unauthorized("caller_key: unknown caller key", field="caller_key")
-    if request.caller not in (ANONYMOUS, identity):
-        raise Forbidden(f"caller: the key belongs to {identity!r}, not {request.caller!r}",
-                        field="caller")
-    return request.model_copy(
-        update={"caller": identity, "caller_key": None, "caller_verified": True})
-
-
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _embedder(s: AppSettings, *, routes_read_text: bool = False):

@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from router._private.callers import digest as _digest
+from router._private.callers import identify
 from router.errors import Forbidden, Unauthorized
-from router.ingress import _digest, identify
 from router.schemas import InferenceRequest
 from tests.unit.http.test_v2_errors import assert_error, body
 
