@@ -12,7 +12,8 @@ Rule:
   another replica (0.5: a model busy half the time on one replica is spread over two), so the
   replica's other models keep room.
 - A cold model (``k = 1``) lives on one replica: one where it is already resident if any (no
-  swap), else its rendezvous-hash home. A burst on it therefore lands on one replica, which
+  swap), else one holding it in its host tier (a copy, not a load from disk), else its
+  rendezvous-hash home. A burst on it therefore lands on one replica, which
   swaps it in once and queues the rest behind that swap, instead of every replica swapping it in.
 - A hot model keeps the replicas where it is resident, then adds replicas in its rendezvous-hash
   order. Rendezvous (highest random weight) hashing is stable: adding or losing a replica moves
@@ -64,10 +65,12 @@ class ModelLoad:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSlot:
-    """One pool replica: its id and the model names resident on its device."""
+    """One pool replica: its id, the model names resident on its device, and those in its host
+    tier (a swap-in from there is a memory copy; from anywhere else, a load from disk)."""
 
     id: str
     resident: frozenset[str] = frozenset()
+    hosted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +98,14 @@ def _weight(model: str, replica: str) -> bytes:
 
 def target_set(model: str, load: ModelLoad | None, replicas: Sequence[ReplicaSlot],
                config: PlacementConfig = PlacementConfig()) -> frozenset[str]:
-    """The replicas ``model`` should be served by: its resident replicas first, then its
-    rendezvous order, ``replicas_needed`` of them (empty when there are no replicas)."""
+    """The replicas ``model`` should be served by: its resident replicas first, then those with
+    it in the host tier, then its rendezvous order, ``replicas_needed`` of them (empty when
+    there are no replicas)."""
     if not replicas:
         return frozenset()
     k = replicas_needed(load, len(replicas), config)
-    ordered = sorted(replicas, key=lambda r: (model not in r.resident, _neg(_weight(model, r.id))))
+    ordered = sorted(replicas, key=lambda r: (model not in r.resident, model not in r.hosted,
+                                              _neg(_weight(model, r.id))))
     return frozenset(r.id for r in ordered[:k])
 
 

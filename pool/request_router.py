@@ -102,8 +102,10 @@ def model_load(model: str, rate: float, views: Sequence[tuple[str, dict[str, Any
 
 
 def replica_slots(views: Sequence[tuple[str, dict[str, Any] | None]]) -> list[ReplicaSlot]:
-    """Placement's view of the replicas that reported stats (model names resident on each)."""
-    return [ReplicaSlot(rid, frozenset(_name(k) for k in stats.get("resident", ())))
+    """Placement's view of the replicas that reported stats (model names resident on each, and
+    in each host tier)."""
+    return [ReplicaSlot(rid, frozenset(_name(k) for k in stats.get("resident", ())),
+                        frozenset(_name(k) for k in stats.get("hosted", ())))
             for rid, stats in views if stats and "queue_delay_s" in stats]
 
 

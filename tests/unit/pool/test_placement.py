@@ -58,6 +58,18 @@ def test_a_resident_replica_is_kept_so_a_cold_model_is_not_swapped_in_again():
     assert target_set("m1", None, replicas) == {other}
 
 
+def test_a_cold_model_goes_where_its_host_copy_is_before_its_hash_home():
+    home = next(iter(target_set("m1", None, FOUR)))
+    other = next(r.id for r in FOUR if r.id != home)
+    hosted = [ReplicaSlot(r.id, hosted=frozenset({"m1"}) if r.id == other else frozenset())
+              for r in FOUR]
+    assert target_set("m1", None, hosted) == {other}  # a copy from host memory, not a disk load
+    resident_elsewhere = [ReplicaSlot(r.id, frozenset({"m1"}) if r.id == home else frozenset(),
+                                      frozenset({"m1"}) if r.id == other else frozenset())
+                          for r in FOUR]
+    assert target_set("m1", None, resident_elsewhere) == {home}  # resident beats hosted
+
+
 def test_a_hot_model_keeps_its_resident_replica_and_adds_by_rendezvous_order():
     replicas = [ReplicaSlot("r0"), ReplicaSlot("r1", frozenset({"hot"})), ReplicaSlot("r2"),
                 ReplicaSlot("r3")]
@@ -112,9 +124,10 @@ def test_arrival_rates_slide_and_forget():
 
 def test_router_views_read_published_stats():
     stats = [("r0", {"queue_delay_s": [0.0] * 4, "resident": ["a@1", "b@2"],
-                     "row_cost_s": {"a@1": 0.004}}),
+                     "hosted": ["a@1", "c@1"], "row_cost_s": {"a@1": 0.004}}),
              ("r1", {"queue_delay_s": [0.0] * 4, "resident": [], "row_cost_s": {"a@2": 0.006}}),
              ("r2", None)]
-    assert replica_slots(stats) == [ReplicaSlot("r0", frozenset({"a", "b"})), ReplicaSlot("r1")]
+    assert replica_slots(stats) == [ReplicaSlot("r0", frozenset({"a", "b"}), frozenset({"a", "c"})),
+                                    ReplicaSlot("r1")]
     assert model_load("a", 3.0, stats) == ModelLoad(3.0, 0.006)
     assert model_load("c", 3.0, stats) == ModelLoad(3.0, None)
