@@ -46,10 +46,17 @@ def workdir(demo_repo_master, tmp_path) -> tuple[Path, int]:
     return tmp_path, port
 
 
-def test_serve_run_config_answers_over_http(workdir):
+@pytest.mark.parametrize("ray_settings", ["ray_defaults", "make_serve"])
+def test_serve_run_config_answers_over_http(workdir, ray_settings):
+    """Under Ray's defaults (``serve run`` by hand) and under the settings ``make serve`` uses
+    (``deploy.ray_env``: throughput-optimized mode with direct ingress)."""
+    from deploy.ray_env import serve_environment
+
     cwd, port = workdir
     serve_bin = Path(sys.executable).with_name("serve")
     env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONUNBUFFERED": "1"}
+    if ray_settings == "make_serve":
+        env = serve_environment(env)
     log = open(cwd / "serve.log", "w")
     proc = subprocess.Popen([str(serve_bin), "run", "deploy/config.yaml"], cwd=cwd, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
