@@ -89,14 +89,20 @@ TIGHT = {"max_queue_delay_s": {
     "realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}}
 
 
-async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -> None:
-    mw, app, _ = _mw(initial_service_s=0.02, admission=TIGHT, shed_to_fallback=False)
+async def _batch_behind_held_interactive(mw, app):
+    """Hold four interactive requests in the backend, then send one batch request: the
+    held tasks, the batch body, and the batch request's (status, headers, payload)."""
     app.hold.clear()
     held = [asyncio.create_task(_call(mw, _scope(None, {"Timeshare-Priority": "interactive"}),
                                       [b"{}"])) for _ in range(4)]
     await asyncio.sleep(0.01)
     body = b'{"parameters": {"priority": "batch"}, "inputs": []}'
-    status, headers, payload = await _call(mw, _scope(len(body)), [body])
+    return held, body, await _call(mw, _scope(len(body)), [body])
+
+
+async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -> None:
+    mw, app, _ = _mw(initial_service_s=0.02, admission=TIGHT, shed_to_fallback=False)
+    held, body, (status, headers, payload) = await _batch_behind_held_interactive(mw, app)
     assert status == 503 and headers[b"retry-after"] == b"1"
     err = json.loads(payload)
     assert err["type"] == "Overloaded" and err["field"] == "priority"
@@ -197,12 +203,7 @@ async def test_a_shed_request_goes_on_to_its_fallback_without_occupying_the_back
     mw = EdgeMiddleware(app, settings=EdgeSettings(initial_service_s=0.02,
                                                    admission=EdgeConfig(**TIGHT)),
                         max_body_bytes=1000, default_deadline_ms=500, clock=clock)
-    app.hold.clear()
-    held = [asyncio.create_task(_call(mw, _scope(None, {"Timeshare-Priority": "interactive"}),
-                                      [b"{}"])) for _ in range(4)]
-    await asyncio.sleep(0.01)
-    body = b'{"parameters": {"priority": "batch"}, "inputs": []}'
-    status, headers, payload = await _call(mw, _scope(len(body)), [body])
+    held, body, (status, headers, payload) = await _batch_behind_held_interactive(mw, app)
     assert (status, headers.get(b"retry-after"), payload) == (shed_status, retry_after,
                                                                b"fallback")
     scope, seen_body = app.seen[-1]
