@@ -27,7 +27,10 @@ least stock's. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve environment s
 ``--ingress direct`` turns on Ray Serve's direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``,
 also implied by throughput-optimized mode) and sends the HTTP arms to each app's ingress replica
 on its own port (read from the controller's target groups) instead of through Serve's proxy: the
-proxy hop's share is then the difference to a ``--ingress proxy`` run.
+proxy hop's share is then the difference to a ``--ingress proxy`` run. ``--ingress listener``
+(what ``deploy/config.yaml`` serves) sends Timeshare's arms to its own listener in the ingress
+replica (``router.listener``: uvicorn on the ingress's ASGI app, without Serve's per-request
+wrapper) and stock's to its direct-ingress port, the strongest stock setting measured.
 """
 
 from __future__ import annotations
@@ -266,14 +269,19 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app({"repository": str(repo), "environment": "test"}),
-                  name="timeshare", route_prefix="/")
+        ts_args: dict[str, Any] = {"repository": str(repo), "environment": "test"}
+        listener_port = _free_port()
+        if args.ingress == "listener":
+            ts_args["listener"] = {"port": listener_port}
+        serve.run(build_app(ts_args), name="timeshare", route_prefix="/")
         serve.run(_stock_app(str(path), threads, args.model), name="stock",
                   route_prefix="/stock")
         ts_path = f"/v2/models/{args.model}/infer"
         ts_port = stock_port = port
-        if args.ingress == "direct":
+        if args.ingress in ("direct", "listener"):
             ts_port, stock_port = replica_port("timeshare"), replica_port("stock")
+        if args.ingress == "listener":
+            ts_port = listener_port
         targets = {
             "timeshare": (ts_port, ts_path, _body(in_name, x, bypass=True)),
             "timeshare_hit": (ts_port, ts_path, _body(in_name, x, bypass=False)),
@@ -318,7 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for kv in args.ray_env:
         k, _, v = kv.partition("=")
         os.environ[k] = v
-    if args.ingress == "direct":
+    if args.ingress in ("direct", "listener"):
         os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
     ctx = mp.get_context("spawn")
     null_port = _free_port()
@@ -401,8 +409,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--handle-s", type=float, default=3.0, help="seconds per handle run")
     p.add_argument("--rates", type=float, nargs="+", default=[25, 50, 75, 100, 125, 150, 200, 250])
     p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy",
-                   help="HTTP through Serve's proxy, or straight to each app's replica port")
+    p.add_argument("--ingress", choices=("proxy", "direct", "listener"), default="proxy",
+                   help="HTTP through Serve's proxy, or straight to each app's replica port; "
+                        "listener: Timeshare's arms to its own listener (router.listener), "
+                        "stock's to its direct-ingress port")
     p.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     args = p.parse_args(argv)
     if args.quick:

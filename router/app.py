@@ -68,7 +68,8 @@ def build_from_settings(settings: AppSettings) -> Application:
     # Bounded queues in front of the ingress (#14): Ray's proxy answers 503 with Retry-After
     # at once past max_queued_requests instead of queueing without bound.
     return Ingress.options(  # type: ignore[attr-defined]
-        **replica_options(settings.ingress_replicas, settings.ingress_autoscaling),
+        **replica_options(settings.ingress_replicas, settings.ingress_autoscaling,
+                          policy="router.scaling:ingress_policy"),
         max_ongoing_requests=edge.ingress_max_ongoing_requests,
         max_queued_requests=edge.ingress_max_queued_requests,
         backpressure_config=BackpressureConfig(status_code=503, retry_after_s=1),

@@ -40,6 +40,7 @@ from router.errors import (
 )
 from router.http import build_http_app
 from router.http_infer import InferEndpoint
+from router.listener import LISTENER_METRIC, start_listener
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.routes import build_strategy, load_routes
@@ -119,6 +120,7 @@ class Ingress:
                                max_body_bytes=s.max_body_bytes,
                                default_deadline_ms=s.default_deadline_ms,
                                infer=InferEndpoint(self))
+        self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
         if alerter is not None:
             from alerting.config import load_config
@@ -136,6 +138,8 @@ class Ingress:
         """Serve calls this on shutdown: stop the background loops, flush the call log."""
         if not hasattr(self, "_app"):  # __init__ failed part way: nothing of ours is running
             return
+        if (listener := getattr(self, "_listener", None)) is not None:
+            await listener.stop()  # first: its requests in flight still need the rest
         await cancel_and_wait(self._tasks)
         await self.pipeline.close()
         await self.call_log.close(timeout_s=2.0)
@@ -144,6 +148,9 @@ class Ingress:
         await self._views.close()
         if self._local is not None:
             await self._local.close()
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:  # Serve's count + listener's
+        return {LISTENER_METRIC: float(self._listener.ongoing if self._listener else 0)}
 
     # -- background ---------------------------------------------------------------------------
     async def _fetch_index(self):
@@ -190,8 +197,7 @@ class Ingress:
             except Exception:  # alerting never takes serving down
                 log.exception("alert evaluation failed")
 
-    async def _failing_channels(self) -> frozenset[str]:
-        """The alerter's channels whose last delivery failed (the channel_failing rule)."""
+    async def _failing_channels(self) -> frozenset[str]:  # for the channel_failing rule
         if self._alerter is None:
             return frozenset()
         try:

@@ -10,7 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AutoscalingSettings", "replica_options", "sharing_replicas"]
+__all__ = ["AutoscalingSettings", "ingress_policy", "replica_options", "sharing_replicas"]
+
+# Requests in flight on the ingress's own listener (router.listener), reported per replica
+# through ``Ingress.record_autoscaling_stats``: Serve's own count never sees them.
+LISTENER_METRIC = "timeshare_listener_ongoing"
 
 
 class AutoscalingSettings(BaseModel):
@@ -34,11 +38,28 @@ class AutoscalingSettings(BaseModel):
         return self
 
 
-def replica_options(replicas: int, autoscaling: AutoscalingSettings | None) -> dict[str, Any]:
-    """``Deployment.options`` keywords: a fixed count, or Serve's autoscaling config."""
+def replica_options(replicas: int, autoscaling: AutoscalingSettings | None, *,
+                    policy: str | None = None) -> dict[str, Any]:
+    """``Deployment.options`` keywords: a fixed count, or Serve's autoscaling config (with
+    ``policy``, an import path, as its policy function instead of Serve's default)."""
     if autoscaling is None:
         return {"num_replicas": replicas}
-    return {"num_replicas": "auto", "autoscaling_config": autoscaling.model_dump()}
+    config = autoscaling.model_dump()
+    if policy is not None:
+        config["policy"] = {"policy_function": policy}
+    return {"num_replicas": "auto", "autoscaling_config": config}
+
+
+def ingress_policy(ctx: Any) -> tuple[float, dict[str, Any]]:
+    """Serve's default target-ongoing-requests rule over every request an ingress replica
+    serves: Serve's own count plus the listener's (``LISTENER_METRIC``, each replica's mean
+    over the look-back window). Serve applies min/max, the delays and the factors around it."""
+    if ctx.current_num_replicas == 0:
+        return ctx.target_num_replicas, {}
+    metrics = ctx.aggregated_metrics or {}
+    listener = sum(metrics.get(LISTENER_METRIC, {}).values())
+    ongoing = ctx.total_num_requests + listener
+    return ongoing / ctx.config.get_target_ongoing_requests(), {}
 
 
 def sharing_replicas(replicas: int, autoscaling: AutoscalingSettings | None) -> int:

@@ -19,6 +19,7 @@ from pool.publish import PublishSettings
 from pool.trust import TrustSettings
 from router.cache import CacheSettings
 from router.edge import EdgeSettings
+from router.listener import ListenerSettings
 from router.scaling import AutoscalingSettings
 
 __all__ = ["PoolSettings", "CpuPoolSettings", "GpuPoolSettings", "AppSettings", "load_settings",
@@ -126,6 +127,9 @@ class AppSettings(BaseModel):
     pool_capacity: int = Field(64, ge=1, description="In-flight requests per pool before shedding.")
     edge: EdgeSettings = Field(default_factory=EdgeSettings,
                                description="The front door's limits and admission (#14).")
+    listener: ListenerSettings = Field(
+        default_factory=ListenerSettings,
+        description="Timeshare's own HTTP port in every ingress replica (router.listener).")
     quotas: QuotaConfig | None = Field(None, description="Per-caller concurrency/rate limits.")
     alerting: dict[str, Any] | None = Field(
         None, description="alerting.AlertingConfig; null = no alerter deployment.")

@@ -35,15 +35,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def workdir(demo_repo_master, tmp_path) -> tuple[Path, int]:
-    port = _free_port()
+def workdir(demo_repo_master, tmp_path) -> tuple[Path, int, int]:
+    port, listener_port = _free_port(), _free_port()
     (tmp_path / "deploy").mkdir()
     cfg = yaml.safe_load((ROOT / "deploy" / "config.yaml").read_text())
     cfg["http_options"]["port"] = port
+    cfg["applications"][0]["args"]["listener"]["port"] = listener_port
     (tmp_path / "deploy" / "config.yaml").write_text(yaml.safe_dump(cfg))
     shutil.copy(ROOT / "deploy" / "routes.yaml", tmp_path / "deploy" / "routes.yaml")
     shutil.copytree(demo_repo_master, tmp_path / "var" / "model_repository")
-    return tmp_path, port
+    return tmp_path, port, listener_port
 
 
 @pytest.mark.parametrize("ray_settings", ["ray_defaults", "make_serve"])
@@ -52,7 +53,7 @@ def test_serve_run_config_answers_over_http(workdir, ray_settings):
     (``deploy.ray_env``: throughput-optimized mode with direct ingress)."""
     from deploy.ray_env import serve_environment
 
-    cwd, port = workdir
+    cwd, port, listener_port = workdir
     serve_bin = Path(sys.executable).with_name("serve")
     env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONUNBUFFERED": "1"}
     if ray_settings == "make_serve":
@@ -86,9 +87,18 @@ def test_serve_run_config_answers_over_http(workdir, ray_settings):
             assert (pred == y).mean() > 0.9
         route = r.json()["parameters"]["route"]
         assert '"route":"digits"' in route and '"strategy":"cascade"' in route
-        bad = httpx.post(f"{url}/v2/models/digits-small/infer", json={"inputs": [
-            {"name": "pixels", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]})
-        assert bad.status_code == 400 and bad.json()["field"] == "inputs.pixels"
+        bad_body = {"inputs": [{"name": "pixels", "shape": [1, 3], "datatype": "FP32",
+                                "data": [1, 2, 3]}]}
+        # the listener (router.listener) answers the same API as Serve's port
+        for base in (url, f"http://127.0.0.1:{listener_port}"):
+            bad = httpx.post(f"{base}/v2/models/digits-small/infer", json=bad_body)
+            assert bad.status_code == 400 and bad.json()["field"] == "inputs.pixels"
+        lr = httpx.post(f"http://127.0.0.1:{listener_port}/v2/models/digits-small/infer",
+                        json=body, timeout=30)
+        assert lr.status_code == 200, lr.text
+        out = lr.json()["outputs"][0]
+        assert (np.asarray(out["data"]).reshape(out["shape"]).argmax(1) == y).mean() > 0.9
+        assert httpx.get(f"http://127.0.0.1:{listener_port}/v2/health/ready").status_code == 200
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # serve run shuts the app and its Ray down on ^C
         try:

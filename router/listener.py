@@ -1,0 +1,139 @@
+"""Timeshare's own HTTP listener in each ingress replica (#13): the data plane without Serve's
+per-request machinery.
+
+Under Ray's direct ingress a request to a replica still passes through Serve's ASGI wrapper
+(request metadata, ongoing-request accounting, per-request metrics and logs) before the app
+sees it; for a model whose forward takes 9 µs that wrapper is most of the request
+(``benchmarks.http_throughput``: the same stock app answers about 1.6x more requests per second
+under plain uvicorn than under Serve's direct ingress, docs/PERFORMANCE.md). The listener serves
+the ingress's own ASGI app (the edge and everything behind it, the same app Serve serves) with
+uvicorn on ``listener.port``; Serve's port keeps answering as before.
+
+- Every ingress replica of a node binds the same port with ``SO_REUSEPORT``: the kernel spreads
+  connections over them, so the port needs no per-replica number and survives autoscaling.
+- What Serve no longer sees, Timeshare reports: requests in flight on the listener go to Serve's
+  autoscaler as the custom metric ``LISTENER_METRIC`` (``router.scaling.ingress_policy`` adds
+  them to Serve's own count); admission, shedding, limits and metrics are the edge's and the
+  pipeline's, which both paths share.
+- Stopping: Serve calls the ingress's ``__del__``; the listener stops accepting, lets requests
+  in flight finish (up to ``drain_s``), then closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Generator
+
+import uvicorn
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from router.scaling import LISTENER_METRIC
+
+__all__ = ["LISTENER_METRIC", "Listener", "ListenerSettings", "start_listener"]
+
+log = logging.getLogger("ray.serve")
+
+
+class ListenerSettings(BaseModel):
+    """``listener:`` in the app settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Serve the v2 API on this port from every ingress "
+        "replica (SO_REUSEPORT), besides Serve's own port; null = off.")
+    host: str = Field("127.0.0.1", description="Address to bind; 0.0.0.0 for other machines.")
+    keep_alive_s: float = Field(5.0, gt=0, description="Idle keep-alive connections close after.")
+    drain_s: float = Field(10.0, ge=0, description="On shutdown, wait this long for requests "
+                                                    "in flight before closing connections.")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: the replica's process owns its signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class _Counted:
+    """The app, counting requests in flight for Serve's autoscaler (one int, no lock: one loop)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.ongoing = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.ongoing += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.ongoing -= 1
+
+
+class Listener:
+    """One uvicorn server on the running loop, serving ``app`` until ``stop``."""
+
+    def __init__(self, app: ASGIApp, settings: ListenerSettings) -> None:
+        if settings.port is None:
+            raise ValueError("listener.port is not set")
+        self.settings = settings
+        self._app = _Counted(app)
+        self._server = _Server(uvicorn.Config(
+            lambda: self._app, factory=True, host=settings.host, port=settings.port,
+            http="httptools", lifespan="off", access_log=False, log_config=None,
+            timeout_keep_alive=int(max(1, settings.keep_alive_s)),
+            timeout_graceful_shutdown=int(settings.drain_s)))
+        self._task: asyncio.Task | None = None
+
+    @property
+    def ongoing(self) -> int:
+        return self._app.ongoing
+
+    async def start(self) -> None:
+        """Bind (failing here, naming the address, when it cannot) and start serving."""
+        s = self.settings
+        sock = socket.socket(socket.AF_INET6 if ":" in s.host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind((s.host, s.port))
+        except OSError as e:
+            sock.close()
+            raise RuntimeError(f"listener: cannot bind {s.host}:{s.port}: {e}") from e
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._task.done():  # serve() ended before it started: raise its error
+                self._task.result()
+                raise RuntimeError(f"listener on {s.host}:{s.port} stopped before it started")
+            await asyncio.sleep(0.01)
+        log.info("timeshare: listener on %s:%d", s.host, s.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, drain what is in flight (up to ``drain_s``), close."""
+        if self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), self.settings.drain_s + 5)
+        except (TimeoutError, asyncio.CancelledError):
+            self._task.cancel()
+        self._task = None
+
+
+async def start_listener(app: ASGIApp, settings: ListenerSettings) -> Listener | None:
+    """The started listener, or None when ``settings.port`` is not set."""
+    if settings.port is None:
+        return None
+    listener = Listener(app, settings)
+    await listener.start()
+    return listener

@@ -1,0 +1,121 @@
+"""router.listener: uvicorn on the ingress's ASGI app, SO_REUSEPORT, counted for the autoscaler;
+router.scaling.ingress_policy adds the listener's count to Serve's. Real sockets, real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from router.listener import LISTENER_METRIC, Listener, ListenerSettings, start_listener
+from router.scaling import AutoscalingSettings, ingress_policy, replica_options
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _App:
+    """Answers which app it is; holds a request open until ``release`` is set."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def __call__(self, scope, receive, send) -> None:
+        assert scope["type"] == "http"
+        while (await receive()).get("more_body"):
+            pass
+        self.entered.set()
+        await self.release.wait()
+        body = self.name.encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _get(port: int, n: int = 1) -> list[str]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+        return [(await c.post("/v2/models/m/infer", content=b"{}")).text for _ in range(n)]
+
+
+async def test_listener_serves_counts_and_drains_on_stop() -> None:
+    port = _free_port()
+    app = _App("a")
+    listener = await start_listener(app, ListenerSettings(port=port, drain_s=5))
+    assert isinstance(listener, Listener)
+    assert await _get(port) == ["a"]
+    assert listener.ongoing == 0
+    app.release.clear()
+    app.entered.clear()
+    held = asyncio.create_task(_get(port))
+    await asyncio.wait_for(app.entered.wait(), 5)
+    assert listener.ongoing == 1
+    stopping = asyncio.create_task(listener.stop())
+    await asyncio.sleep(0.2)
+    assert not held.done()  # stop waits for the request in flight
+    app.release.set()
+    assert await asyncio.wait_for(held, 5) == ["a"]
+    await asyncio.wait_for(stopping, 10)
+    with pytest.raises(httpx.ConnectError):  # and then no longer accepts
+        await _get(port)
+
+
+async def test_two_replicas_share_one_port() -> None:
+    """SO_REUSEPORT: a second ingress replica on the node binds the same port; both serve."""
+    port = _free_port()
+    first = await start_listener(_App("a"), ListenerSettings(port=port))
+    second = await start_listener(_App("b"), ListenerSettings(port=port))
+    assert first is not None and second is not None
+    try:
+        seen: set[str] = set()
+        for _ in range(40):  # the kernel spreads new connections over both sockets
+            seen.update(await _get(port))
+            if seen == {"a", "b"}:
+                break
+        assert seen == {"a", "b"}
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def test_no_port_no_listener_and_a_taken_port_names_the_address() -> None:
+    assert await start_listener(_App("a"), ListenerSettings()) is None
+    with socket.socket() as taken:  # bound without SO_REUSEPORT: nobody may share it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match=f"cannot bind 127.0.0.1:{port}"):
+            await start_listener(_App("a"), ListenerSettings(port=port))
+
+
+def _ctx(replicas: int, serve_ongoing: float, listener: dict[str, float] | None, target: float):
+    config = SimpleNamespace(get_target_ongoing_requests=lambda: target)
+    metrics = None if listener is None else {LISTENER_METRIC: listener}
+    return SimpleNamespace(current_num_replicas=replicas, target_num_replicas=replicas,
+                           total_num_requests=serve_ongoing, aggregated_metrics=metrics,
+                           config=config)
+
+
+def test_ingress_policy_adds_the_listeners_requests_to_serves() -> None:
+    # 2 replicas, target 10 each: 5 through Serve + 35 on the listeners = 40 -> 4 replicas
+    desired, _ = ingress_policy(_ctx(2, 5, {"r1": 20, "r2": 15}, 10))
+    assert desired == pytest.approx(4.0)
+    # nothing on the listener (or no custom metric yet): Serve's own rule
+    assert ingress_policy(_ctx(2, 5, None, 10))[0] == pytest.approx(0.5)
+    assert ingress_policy(_ctx(0, 0, None, 10))[0] == 0
+
+
+def test_autoscaled_ingress_uses_the_policy() -> None:
+    auto = AutoscalingSettings(min_replicas=1, max_replicas=4, target_ongoing_requests=8)
+    opts = replica_options(1, auto, policy="router.scaling:ingress_policy")
+    assert opts["autoscaling_config"]["policy"] == {
+        "policy_function": "router.scaling:ingress_policy"}
+    assert "policy" not in replica_options(1, auto)["autoscaling_config"]
