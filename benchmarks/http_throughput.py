@@ -11,9 +11,10 @@ process. The load client runs in another process: raw asyncio streams with keep-
 not the bottleneck on 2 cores; its own cost is the null server's figures.
 
 Arms: ``timeshare`` (cache bypassed: ``cache_skip_read``/``cache_skip_write``), ``timeshare_hit``
-(the same body as a cache hit), ``stock``, ``null``; over HTTP v2 JSON and over the handle
-(``infer.remote(InferenceRequest)`` vs the stock deployment's ``infer.remote(array)``), and the
-in-process forward pass.
+(the same body as a cache hit), ``stock``, ``null``, and ``stock_uvicorn`` (the stock handler
+under plain uvicorn in its own process, closed loop only: Serve's per-request share); over HTTP
+v2 JSON and over the handle (``infer.remote(InferenceRequest)`` vs the stock deployment's
+``infer.remote(array)``), and the in-process forward pass.
 
 Runs: closed loop at concurrency 1 and 16 (``--closed-s`` each, after a warm-up), then an open
 loop rate sweep (Poisson arrivals, ``--open-s`` per rate) per HTTP arm; an arm's knee is the
@@ -54,6 +55,7 @@ import torch
 
 from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._stock import serve_stock, stock_app
 
 P99_LIMIT_MS = 100.0
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
@@ -81,39 +83,6 @@ def _repository(root: Path, model: str) -> tuple[Path, Path, dict]:
     versions = sorted((p for p in (repo / model).iterdir() if (p / "model.pt").exists()),
                       key=lambda p: version_order(p.name))
     return repo, versions[-1] / "model.pt", cfg
-
-
-def _stock_app(path: str, threads: int, model: str):
-    """What a capable user writes for one small TorchScript model: v2 JSON in and out, the
-    forward pass in-process (no thread hop: for a sub-millisecond model it is the fastest)."""
-    from ray import serve
-    from starlette.requests import Request
-    from starlette.responses import Response
-
-    @serve.deployment(name="Stock", max_ongoing_requests=512)
-    class Stock:
-        def __init__(self) -> None:
-            torch.set_num_threads(threads)
-            self.model = torch.jit.load(path, map_location="cpu").eval()
-
-        def _forward(self, x: np.ndarray) -> np.ndarray:
-            with torch.inference_mode():
-                return self.model(torch.from_numpy(x)).numpy()
-
-        async def __call__(self, request: Request) -> Response:
-            body = json.loads(await request.body())
-            inp = body["inputs"][0]
-            x = np.asarray(inp["data"], dtype=np.float32).reshape(inp["shape"])
-            y = self._forward(x)
-            out = {"model_name": model, "outputs": [{"name": "logits", "datatype": "FP32",
-                                                     "shape": list(y.shape),
-                                                     "data": y.ravel().tolist()}]}
-            return Response(json.dumps(out), media_type="application/json")
-
-        async def infer(self, x: np.ndarray) -> np.ndarray:
-            return self._forward(x)
-
-    return Stock.bind()  # type: ignore[attr-defined]
 
 
 def _stats(lat_s: list[float], duration_s: float, n_errors: int) -> dict[str, Any]:
@@ -259,7 +228,7 @@ def replica_port(app: str, timeout_s: float = 60.0) -> int:
 
 
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
-                       threads: int, client, null_port: int) -> dict[str, Any]:
+                       threads: int, client, side: dict[str, int]) -> dict[str, Any]:
     import ray
     from ray import serve
 
@@ -274,7 +243,7 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
         if args.ingress == "listener":
             ts_args["listener"] = {"port": listener_port}
         serve.run(build_app(ts_args), name="timeshare", route_prefix="/")
-        serve.run(_stock_app(str(path), threads, args.model), name="stock",
+        serve.run(stock_app(str(path), threads, args.model), name="stock",
                   route_prefix="/stock")
         ts_path = f"/v2/models/{args.model}/infer"
         ts_port = stock_port = port
@@ -286,7 +255,8 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
             "timeshare": (ts_port, ts_path, _body(in_name, x, bypass=True)),
             "timeshare_hit": (ts_port, ts_path, _body(in_name, x, bypass=False)),
             "stock": (stock_port, "/stock", _body(in_name, x, bypass=False)),
-            "null": (null_port, "/", _body(in_name, x, bypass=False)),
+            "stock_uvicorn": (side["stock_uvicorn"], "/stock", _body(in_name, x, bypass=False)),
+            "null": (side["null"], "/", _body(in_name, x, bypass=False)),
         }
 
         def load(arm: str, **kw) -> dict:
@@ -329,17 +299,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.ingress in ("direct", "listener"):
         os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
     ctx = mp.get_context("spawn")
-    null_port = _free_port()
-    ready = ctx.Event()
-    null_proc = ctx.Process(target=null_server, args=(null_port, ready), daemon=True)
+    side = {"null": _free_port(), "stock_uvicorn": _free_port()}
+    ready, stock_ready = ctx.Event(), ctx.Event()
+    null_proc = ctx.Process(target=null_server, args=(side["null"], ready), daemon=True)
+    uv_proc = ctx.Process(target=serve_stock, daemon=True, args=(
+        str(path), side["stock_uvicorn"], threads, args.model, stock_ready))
     null_proc.start()
+    uv_proc.start()
     ready.wait(30)
+    stock_ready.wait(60)
     client = ProcessPoolExecutor(1, mp_context=ctx)
     try:
-        m = _serve_and_measure(args, repo, path, in_name, x, threads, client, null_port)
+        m = _serve_and_measure(args, repo, path, in_name, x, threads, client, side)
     finally:
         client.shutdown()
         null_proc.kill()
+        uv_proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     return _report(args, forward, m)
 
@@ -367,6 +342,10 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
             "http_hit_c16_rps_vs_stock": checks["cache_hit_throughput_c16_vs_stock"]["value"],
             **_handle_ratios(handle),
             "knee_vs_stock": checks["knee_vs_stock"]["value"],
+            # the share of a stock request that is Serve's wrapper (same handler, plain uvicorn)
+            "stock_c16_rps_serve_over_plain_uvicorn": round(
+                http["stock"]["c16"]["throughput_rps"]
+                / http["stock_uvicorn"]["c16"]["throughput_rps"], 3),
         },
         "answers_match_stock": m["same"],
         "targets": checks,

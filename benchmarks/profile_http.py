@@ -116,8 +116,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app({"repository": str(repo), "environment": "test"}),
-                  name="timeshare", route_prefix="/")
+        app_args: dict[str, Any] = {"repository": str(repo), "environment": "test"}
+        if args.listener:  # Timeshare's own listener (router.listener) instead of Serve's port
+            app_args["listener"] = {"port": (port := _free_port())}
+        serve.run(build_app(app_args), name="timeshare", route_prefix="/")
         spec = LoadSpec("127.0.0.1", port, f"/v2/models/{args.model}/infer",
                         _body(in_name, x, bypass=not args.hit), duration_s=3.0,
                         concurrency=args.concurrency, warmup_s=1.0)
@@ -146,7 +148,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     lat = np.asarray(load["latencies_s"]) * 1e3
     return {"benchmark": "profile_http", "model": args.model, "cache_hit": args.hit,
             "concurrency": args.concurrency, "seconds": args.seconds,
-            "ray_env": list(args.ray_env), "warm_n": len(warm["latencies_s"]),
+            "ray_env": list(args.ray_env), "listener": args.listener,
+            "warm_n": len(warm["latencies_s"]),
             "load": {"n": int(lat.size), "rps": round(lat.size / spec.duration_s, 1),
                      "p50_ms": round(float(np.percentile(lat, 50)), 3) if lat.size else None},
             "profiles": profiles}
@@ -159,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--hit", action="store_true", help="cache hits instead of cache bypass")
+    p.add_argument("--listener", action="store_true",
+                   help="drive Timeshare's own listener port instead of Serve's")
     p.add_argument("--svg-dir", help="keep the collapsed stacks here (for flamegraph tools)")
     p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)

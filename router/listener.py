@@ -89,6 +89,9 @@ class Listener:
         self._server = _Server(uvicorn.Config(
             lambda: self._app, factory=True, host=settings.host, port=settings.port,
             http="httptools", lifespan="off", access_log=False, log_config=None,
+            # no X-Forwarded-* rewriting (the edge names callers by key, not address), no
+            # Server/Date headers: per-request work nobody reads
+            proxy_headers=False, server_header=False, date_header=False,
             timeout_keep_alive=int(max(1, settings.keep_alive_s)),
             timeout_graceful_shutdown=int(settings.drain_s)))
         self._task: asyncio.Task | None = None
