@@ -7,6 +7,8 @@ the model's config, which is where the expectation lives.
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
 from typing import Any, Literal
 
@@ -15,6 +17,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from policies.priority import Priority, parse_priority
+
+# Request ids: a random 64-bit prefix per process and a counter. Unique across processes and
+# restarts like uuid4, without its os.urandom call per request (a hot-path syscall).
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_ID_COUNTER = itertools.count()
+
+
+def _reseed_ids() -> None:  # a forked child draws its own prefix
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX, _ID_COUNTER = uuid.uuid4().hex[:16], itertools.count()
+
+
+os.register_at_fork(after_in_child=_reseed_ids)
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
+
 
 __all__ = [
     "ANONYMOUS",
@@ -80,7 +100,7 @@ class InferenceRequest(BaseModel):
     caller_verified: bool = Field(False, description=(
         "Set by the ingress only: true when caller was proven by a caller key."))
     cache: CacheControl = Field(default_factory=CacheControl, description="Cache controls.")
-    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Request id.")
+    request_id: str = Field(default_factory=new_request_id, description="Request id.")
     # Set by Timeshare where the request first arrives (the HTTP edge, the handle method); the
     # deadline runs from here, so queues in front of the pipeline count against it.
     arrival_s: SkipJsonSchema[float | None] = Field(

@@ -119,3 +119,4 @@ def test_autoscaled_ingress_uses_the_policy() -> None:
     assert opts["autoscaling_config"]["policy"] == {
         "policy_function": "router.scaling:ingress_policy"}
     assert "policy" not in replica_options(1, auto)["autoscaling_config"]
+
