@@ -70,7 +70,9 @@ def app(demo_repo_master, tmp_path_factory):
     receiver = start_receiver()
     http_port = free_port()
     call_log = root / "calllog.jsonl"
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # 6 logical CPUs: this app takes 3 replicas of one CPU each; the listener's autoscaling
+    # test adds an app that grows to 3 more (Ray schedules by these counts, not by cores)
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": http_port})
     args = {
         "repository": str(repo), "environment": "test", "routes": ROUTES, "api_key": API_KEY,
