@@ -42,6 +42,7 @@ from router.http import build_http_app
 from router.http_infer import InferEndpoint
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
+from router.pool_load import PoolLoads
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
@@ -80,7 +81,7 @@ class Ingress:
             self._pools["cpu"] = LocalPoolClient(self._local)
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
-        self._load: dict[str, list] = {}
+        self._load = PoolLoads()  # every pool replica's latest stats, for spill and shedding
         self._pool_totals = PoolTotals()  # every pool replica's counters: metrics and alerts
         self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
         self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
@@ -111,7 +112,7 @@ class Ingress:
             strategies=strategies, text_embedder=text,
             cache=self.cache, breakers=self.breakers,
             quotas=self._quotas,
-            load=lambda pool: self._load.get(pool, ()),
+            load=self._load.get,
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log), self.model_stats),
         )
@@ -153,7 +154,7 @@ class Ingress:
         while True:
             try:
                 await self.catalog.refresh()
-                self._load = {p: [await c.routing_stats()] for p, c in self._pools.items()}
+                await self._load.refresh(self._pools)
                 for pool, client in self._pools.items():
                     self._pool_totals.observe(pool, await client.counters())
                 self.breakers.poll()
