@@ -177,10 +177,7 @@ class Ingress:
                                             self.breakers.states().items()
                                             if st is BreakerState.OPEN),
                     failed_models=failed,
-                    device_memory_used={
-                        f"{pool}:{st.device}": 1 - st.memory_free_bytes / st.memory_total_bytes
-                        for pool, stats in self._load.items() for st in stats
-                        if st.memory_total_bytes > 0},
+                    device_memory_used=self._load.memory_used(),
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}),
                     failing_channels=channels, swaps=self._pool_totals.swaps(),

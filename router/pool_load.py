@@ -16,7 +16,7 @@ wait among those it ranks equal, so that is the wait the request should expect.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -96,5 +96,15 @@ class PoolLoads:
         """The live stats of ``pool``'s replicas (empty before the first refresh)."""
         return self._live.get(pool, ())
 
-    def items(self) -> Iterator[tuple[str, tuple[RoutingStats, ...]]]:
-        return iter(self._live.items())
+    def memory_used(self) -> dict[str, float]:
+        """Used share of device memory by ``"pool:device"``: the fullest replica's when several
+        report the same device label (every GPU replica's is ``cuda:0``), so pressure on any
+        one of them shows."""
+        used: dict[str, float] = {}
+        for pool, stats in self._live.items():
+            for st in stats:
+                if st.memory_total_bytes > 0:
+                    k = f"{pool}:{st.device}"
+                    used[k] = max(used.get(k, 0.0),
+                                  1 - st.memory_free_bytes / st.memory_total_bytes)
+        return used

@@ -6,7 +6,7 @@ import pytest
 from policies.priority import Priority
 from policies.spill import decide_spill
 from pool import RoutingStats
-from router.pool_load import PoolLoadBoard, least_wait_s
+from router.pool_load import PoolLoadBoard, PoolLoads, least_wait_s
 
 P = Priority.INTERACTIVE
 
@@ -92,3 +92,33 @@ def test_routing_stats_round_trip_through_the_published_dict():
                      hosted=frozenset({"b@2"}), replica="r1", swaps=3, row_cost_s={"a@1": 0.01},
                      published_at=123.5)
     assert RoutingStats.from_dict(s.to_dict()) == s
+
+
+class FakePool:
+    """A pool client whose poll reaches one replica and whose router here holds all of them."""
+
+    def __init__(self, polled, held):
+        self.polled, self.held = polled, held
+
+    async def routing_stats(self):
+        return self.polled
+
+    def replica_stats(self):
+        return list(self.held)
+
+
+async def test_pool_loads_fold_the_poll_and_the_routers_view_per_pool():
+    clock = Clock()
+    busy = stats("a", 0.5, at=clock.t)
+    full = RoutingStats(device="cpu", resident=frozenset(), queue_delay_s=(0.0,) * 4,
+                        queue_depth=(0,) * 4, memory_free_bytes=1, memory_total_bytes=10,
+                        replica="b", published_at=clock.t)
+    loads = PoolLoads(ttl_s=5.0, clock=clock)
+    assert loads.get("gpu") == ()
+    await loads.refresh({"gpu": FakePool(busy, [busy, full])})
+    assert sorted(s.replica for s in loads.get("gpu")) == ["a", "b"]
+    assert least_wait_s(loads.get("gpu"), P) == 0.0
+    # Both replicas report device "cpu": the fuller one's share is the pool's.
+    assert loads.memory_used() == {"gpu:cpu": pytest.approx(0.9)}
+    with pytest.raises(ValueError, match="ttl_s"):
+        PoolLoads(ttl_s=-1.0)
