@@ -26,7 +26,6 @@ model's target replica set is ranked first. Ray passes ``request_router_kwargs``
 from __future__ import annotations
 
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,16 +34,12 @@ from ray.serve.request_router import PendingRequest, RequestRouter, RunningRepli
 
 from policies.placement import ModelLoad, PlacementConfig, ReplicaSlot, target_set
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
+from pool._private.routers import live, register
 from pool.types import RoutingStats
 from pool.work import PoolWork
 
 __all__ = ["ArrivalRates", "TimeshareRequestRouter", "published_stats", "route_target",
            "replica_view"]
-
-# The routers alive in this process (one per deployment handle Ray builds), so that the ingress
-# reads the load of every pool replica they hold (published_stats). Weak: a router Ray drops is
-# not kept alive by this registry.
-_ROUTERS: weakref.WeakSet[TimeshareRequestRouter] = weakref.WeakSet()
 
 
 def route_target(pending_request: PendingRequest | None) -> RouteTarget:
@@ -130,7 +125,7 @@ class TimeshareRequestRouter(RequestRouter):
         # request once. Bounded: the last 4096 request ids.
         self._counted: deque[object] = deque(maxlen=4096)
         self._counted_set: set[object] = set()
-        _ROUTERS.add(self)
+        register(self)  # so published_stats finds it (pool._private.routers says why there)
 
     def initialize_state(self, placement: bool = True, capacity_share: float = 0.5,
                          default_compute_s: float = 0.01, rate_window_s: float = 5.0,
@@ -189,7 +184,7 @@ def published_stats(app_name: str, deployment_name: str) -> list[RoutingStats]:
     deployment (Ray's controller fetches them from each replica and broadcasts them to every
     router, so every ingress replica reads the same). Empty when no such router runs here."""
     by_replica: dict[str, RoutingStats] = {}
-    for router in list(_ROUTERS):
+    for router in live():
         dep = getattr(router, "_deployment_id", None)  # set by Ray's RequestRouter.__init__
         if dep is None or (dep.app_name, dep.name) != (app_name, deployment_name):
             continue

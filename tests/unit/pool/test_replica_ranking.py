@@ -138,3 +138,51 @@ async def test_published_stats_are_every_replica_the_routers_here_hold():
         ("w1", 0.4, 0.0), ("w2", 0.02, 99.0)]
     assert got[0].resident == frozenset({"a@1"})
     assert published_stats("ts-published", "nope") == []
+
+
+_BY_VALUE_CHILD = """
+import sys
+from ray import cloudpickle
+from ray.serve._private import common as serve_common
+sys.path.insert(0, sys.argv[2])
+from test_replica_ranking import offline_replica
+
+import asyncio
+
+async def main():
+    shipped = cloudpickle.loads(open(sys.argv[1], "rb").read())
+    import pool.request_router as module
+    assert shipped is not module.TimeshareRequestRouter
+    dep = serve_common.DeploymentID(name="Pool", app_name="ts-by-value")
+    router = shipped(dep, serve_common.DeploymentHandleSource.UNKNOWN)
+    router.update_replicas([offline_replica("p1", [], 0.1, dep, replica="w9")])
+    print([s.replica for s in module.published_stats("ts-by-value", "Pool")])
+
+asyncio.run(main())
+"""
+
+
+def test_published_stats_see_a_router_class_shipped_by_value(tmp_path):
+    # Ray Serve ships the router class by value (cloudpickle.register_pickle_by_value on its
+    # module) to the process that routes: there its globals are copies, so the registry
+    # published_stats reads must live in a module pickled by reference.
+    pytest.importorskip("ray.serve._private.common")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ray import cloudpickle
+
+    import pool.request_router as module
+
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        (tmp_path / "router.pkl").write_bytes(cloudpickle.dumps(module.TimeshareRequestRouter))
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-c", _BY_VALUE_CHILD, str(tmp_path / "router.pkl"),
+                          str(Path(__file__).parent)], capture_output=True, text=True,
+                         cwd=root, timeout=120, env={"PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['w9']"
