@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._placement_diag import Row, breakdown
 from benchmarks._zoo import ARCHS, build_repo
 from benchmarks.colocation import _pct, zipf_weights
 
@@ -93,19 +94,32 @@ async def _replica_stats(app_name: str) -> list[dict]:
             for a in actors]
 
 
-async def _drive(call, arrivals, args) -> tuple[list[tuple[float, float, bool]], float]:
-    """Replays ``arrivals`` open-loop; (offset, latency, answered) per request, wall time."""
+def _row(offset: float, latency: float, name: str, reply) -> Row:
+    from pool.work import PoolRefusal
+
+    if isinstance(reply, PoolRefusal):
+        return Row(offset, latency, reply.kind, name)
+    return Row(offset, latency, "ok", name, reply.queue_ms, reply.swap_ms, reply.compute_ms,
+               reply.device)
+
+
+async def _drive(call, arrivals, args) -> tuple[list[Row], float]:
+    """Replays ``arrivals`` open-loop; one ``Row`` per request, wall time."""
     deadline_s = args.deadline_ms / 1e3
     x = ARCHS["encoder"].sample(np.random.default_rng(0))
-    rows: list[tuple[float, float, bool]] = []
+    rows: list[Row] = []
 
     async def one(offset: float, name: str) -> None:
         t0 = time.perf_counter()
         try:
-            ok = await asyncio.wait_for(call(name, x, deadline_s), args.client_timeout_s)
-        except Exception:  # noqa: BLE001 - refused (expired), timed out: a miss
-            ok = False
-        rows.append((offset, time.perf_counter() - t0, ok))
+            reply = await asyncio.wait_for(call(name, x, deadline_s), args.client_timeout_s)
+        except asyncio.TimeoutError:
+            rows.append(Row(offset, time.perf_counter() - t0, "timeout", name))
+            return
+        except Exception:  # noqa: BLE001 - any other failure: a miss
+            rows.append(Row(offset, time.perf_counter() - t0, "error", name))
+            return
+        rows.append(_row(offset, time.perf_counter() - t0, name, reply))
 
     start = time.perf_counter()
     tasks = []
@@ -135,20 +149,19 @@ async def _arm(arm: str, repo: str, state_dir: str, budget: int, names, k: int, 
 
     async def call(name, x, deadline_s):
         now = time.time()
-        unwrap(await handle.infer.remote(PoolWork(name, None, {"tokens": x}, Priority.INTERACTIVE,
-                                                  deadline_at=now + deadline_s, arrived_at=now)))
-        return True
+        return await handle.infer.remote(PoolWork(name, None, {"tokens": x}, Priority.INTERACTIVE,
+                                                  deadline_at=now + deadline_s, arrived_at=now))
 
     x = ARCHS["encoder"].sample(np.random.default_rng(0))
     for name in reversed(names[:2 * k]):  # warm: the 2K most popular, as each router places them
-        await call(name, x, 60.0)
+        unwrap(await call(name, x, 60.0))
     await asyncio.sleep(1.0)  # a stats period, so the routers start from published residency
     before = sum(s["swaps"] for s in await _replica_stats(app_name))
     rows, wall = await _drive(call, _arrivals(names, args), args)
     after = await _replica_stats(app_name)
     serve.delete(app_name)
     hot = names[args.hot_rank]
-    return _summary(rows, wall, args, sum(s["swaps"] for s in after) - before,
+    return _summary(rows, wall, args, sum(s["swaps"] for s in after) - before, hot,
                     sum(any(k.split("@")[0] == hot for k in s["resident"]) for s in after))
 
 
@@ -156,16 +169,19 @@ async def _all_arms(repo: str, state: Path, budget: int, names, k: int, args) ->
     return {arm: await _arm(arm, repo, str(state / arm), budget, names, k, args) for arm in ARMS}
 
 
-def _summary(rows, wall: float, args, swaps: int, hot_resident_on: int) -> dict:
+def _summary(rows: list[Row], wall: float, args, swaps: int, hot: str, hot_resident_on: int
+             ) -> dict:
     deadline_s = args.deadline_ms / 1e3
-    lat = [r[1] for r in rows]
-    hot_lat = [r[1] for r in rows if r[0] >= args.seconds / 2]
-    good = sum(1 for r in rows if r[2] and r[1] <= deadline_s)
-    return {"requests": len(rows), "answered": sum(1 for r in rows if r[2]),
+    lat = [r.latency_s for r in rows]
+    hot_lat = [r.latency_s for r in rows if r.offset_s >= args.seconds / 2]
+    good = sum(1 for r in rows if r.outcome == "ok" and r.latency_s <= deadline_s)
+    return {"requests": len(rows), "answered": sum(1 for r in rows if r.outcome == "ok"),
             "within_deadline": good, "goodput_per_s": round(good / args.seconds, 2),
             "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "hot_phase_p99_ms": _pct(hot_lat, 99),
             "swaps": swaps, "swaps_per_request": round(swaps / max(len(rows), 1), 4),
-            "hot_model_resident_on_replicas": hot_resident_on, "wall_s": round(wall, 1)}
+            "hot_model_resident_on_replicas": hot_resident_on, "wall_s": round(wall, 1),
+            "missed_by_phase": breakdown(rows, deadline_s=deadline_s, half_s=args.seconds / 2,
+                                         hot=hot)}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

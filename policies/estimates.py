@@ -42,10 +42,11 @@ def request_work_s(model: ModelView, request: RequestView, *, swap_paid: bool) -
 def queue_delay_by_class(models: Iterable[ModelView]) -> tuple[float, float, float, float]:
     """Estimated wait of a new arrival of each class (index = ``Priority`` value): the work of
     every queued request of that class or a more urgent one (aging and deadlines aside), with
-    each model's swap-in counted once."""
+    each model's swap-in counted once (a model loading from disk off the device loop holds
+    the device for its compute only)."""
     delay = [0.0, 0.0, 0.0, 0.0]
     for m in models:
-        paid = [False] * 4
+        paid = [m.loading] * 4
         for r in m.requests:
             for cls in range(int(r.priority), 4):
                 delay[cls] += request_work_s(m, r, swap_paid=paid[cls])

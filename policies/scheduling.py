@@ -75,6 +75,9 @@ class ModelView:
     row_cost_s: float = 0.0  # measured compute time per row (EWMA)
     swap_cost_s: float = 0.0  # estimated time to make it resident
     arrival_gap_s: float = 0.0  # typical time between this model's arrivals (EWMA)
+    # Its weights are being loaded from disk into the host tier off the device loop: it cannot
+    # run yet, and the load does not hold the device (other models run meanwhile).
+    loading: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,17 +141,21 @@ class SchedulingPolicy(ABC):
         """Split the queues into requests to expire now and live ones (per model, rank order).
 
         Requests are walked in rank order while the estimated work ahead adds up (rows times
-        cost per row, plus one swap-in per model not resident). A request that would finish
-        after its deadline behind the work ranked before it is not run: its fallback is better
-        served now, and under overload the time goes to requests that can still make it
-        instead of to ones that would answer late anyway. Costs are measured compute only
-        (optimistic), so a request is dropped only when even that estimate misses.
+        cost per row, plus one swap-in per model not resident). Requests of a model whose
+        weights are loading from disk (``ModelView.loading``) are neither run nor counted
+        ahead of others; they expire at their deadline if the load has not finished by then.
+        A request that would finish after its deadline behind the work ranked before it is not
+        run: its fallback is better served now, and under overload the time goes to requests
+        that can still make it instead of to ones that would answer late anyway. Costs are
+        measured compute only (optimistic), so a request is dropped only when even that
+        estimate misses.
         """
         order = sorted(
-            ((self.rank(r, snap.now), r, m) for m in snap.models for r in m.requests),
+            ((self.rank(r, snap.now), r, m) for m in snap.models for r in m.requests
+             if not m.loading),
             key=lambda t: t[0],
         )
-        expired: list[int] = []
+        expired = [r.id for r in _loading_requests(snap) if _past(r, snap.now)]
         live: dict[str, list[RequestView]] = {}
         ahead = 0.0
         for _, r, m in order:
@@ -164,7 +171,12 @@ class SchedulingPolicy(ABC):
         expired, live = self.triage(snap)
         by_key = {m.key: m for m in snap.models}
         if not live:
-            return ScheduleDecision(expired=tuple(expired), reason="idle")
+            # Only loading models' work: wake up when the first of their requests expires
+            # (a finished load wakes the worker sooner).
+            pending = [r.deadline for r in _loading_requests(snap)
+                       if r.deadline is not None and r.id not in expired]
+            return ScheduleDecision(expired=tuple(expired), reason="idle",
+                                    wait_until=min(pending, default=None))
         best = min(live, key=lambda k: self.rank(live[k][0], snap.now))
         key, reason = self.choose_model(snap, live, best)
         model, reqs = by_key[key], live[key]
@@ -195,6 +207,16 @@ class SchedulingPolicy(ABC):
             expired=tuple(expired),
             reason=reason,
         )
+
+
+def _loading_requests(snap: SchedulerSnapshot) -> list[RequestView]:
+    return [r for m in snap.models if m.loading for r in m.requests]
+
+
+def _past(r: RequestView, now: float) -> bool:
+    # A loading model's request waits for the load, not behind the device's queue: it expires
+    # at its deadline (the load's remaining time is not known well enough to refuse earlier).
+    return r.deadline is not None and now >= r.deadline
 
 
 class PrioritySchedulingPolicy(SchedulingPolicy):

@@ -7,6 +7,7 @@ polls the model repository (hot reload) and publishes routing stats for the requ
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from ray import serve
@@ -47,7 +48,7 @@ class PoolDeployment:
 
     async def routing_stats(self):
         """This replica's RoutingStats (the router's load view for admission and spill)."""
-        return self.service.routing_stats()
+        return dataclasses.replace(self.service.routing_stats(), published_at=time.time())
 
     async def counters(self):
         """This replica's DeviceCounters (exported by the ingress, fed to the alert rules)."""
@@ -61,4 +62,5 @@ class PoolDeployment:
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Published to Ray Serve's request router (pool.request_router)."""
-        return self.service.routing_stats().to_dict()
+        return dataclasses.replace(self.service.routing_stats(),
+                                   published_at=time.time()).to_dict()

@@ -34,9 +34,12 @@ from ray.serve.request_router import PendingRequest, RequestRouter, RunningRepli
 
 from policies.placement import ModelLoad, PlacementConfig, ReplicaSlot, target_set
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
+from pool._private.routers import live, register
+from pool.types import RoutingStats
 from pool.work import PoolWork
 
-__all__ = ["ArrivalRates", "TimeshareRequestRouter", "route_target", "replica_view"]
+__all__ = ["ArrivalRates", "TimeshareRequestRouter", "published_stats", "route_target",
+           "replica_view"]
 
 
 def route_target(pending_request: PendingRequest | None) -> RouteTarget:
@@ -122,6 +125,7 @@ class TimeshareRequestRouter(RequestRouter):
         # request once. Bounded: the last 4096 request ids.
         self._counted: deque[object] = deque(maxlen=4096)
         self._counted_set: set[object] = set()
+        register(self)  # so published_stats finds it (pool._private.routers says why there)
 
     def initialize_state(self, placement: bool = True, capacity_share: float = 0.5,
                          default_compute_s: float = 0.01, rate_window_s: float = 5.0,
@@ -173,3 +177,19 @@ class TimeshareRequestRouter(RequestRouter):
         views = [replica_view(rid, s) for rid, s in stats]
         ranks = rank_replicas(views, target, self.placed_on(target, stats))
         return [[by_id[rid] for rid in rank] for rank in ranks]
+
+
+def published_stats(app_name: str, deployment_name: str) -> list[RoutingStats]:
+    """Every replica's latest published stats held by this process's routers for the
+    deployment (Ray's controller fetches them from each replica and broadcasts them to every
+    router, so every ingress replica reads the same). Empty when no such router runs here."""
+    by_replica: dict[str, RoutingStats] = {}
+    for router in live():
+        dep = getattr(router, "_deployment_id", None)  # set by Ray's RequestRouter.__init__
+        if dep is None or (dep.app_name, dep.name) != (app_name, deployment_name):
+            continue
+        for rid, replica in router.curr_replicas.items():
+            stats = replica.routing_stats
+            if stats and "queue_delay_s" in stats:
+                by_replica[rid.unique_id] = RoutingStats.from_dict(stats)
+    return list(by_replica.values())

@@ -47,6 +47,9 @@ class RoutingStats:
     # Measured device seconds per row, by model key (models measured on this replica only):
     # the compute estimate of the placement policy (policies.placement).
     row_cost_s: Mapping[str, float] = field(default_factory=dict)
+    # Wall-clock seconds (time.time()) when the replica published these stats (0: unknown), so
+    # a reader on another process or node can tell a stale report from a fresh one.
+    published_at: float = 0.0
 
     def to_dict(self) -> dict:
         """Plain form for Ray Serve's ``record_routing_stats`` (read by the request router)."""
@@ -61,7 +64,30 @@ class RoutingStats:
             "replica": self.replica,
             "swaps": self.swaps,
             "row_cost_s": dict(self.row_cost_s),
+            "published_at": self.published_at,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> RoutingStats:
+        """The inverse of :meth:`to_dict` (what Ray's request router holds per replica)."""
+        return cls(
+            device=str(d.get("device", "")),
+            resident=frozenset(d.get("resident", ())),
+            queue_delay_s=_four(d["queue_delay_s"], float),
+            queue_depth=_four(d.get("queue_depth", (0, 0, 0, 0)), int),
+            memory_free_bytes=int(d.get("memory_free_bytes", 0)),
+            memory_total_bytes=int(d.get("memory_total_bytes", 0)),
+            hosted=frozenset(d.get("hosted", ())),
+            replica=str(d.get("replica", "")),
+            swaps=int(d.get("swaps", 0)),
+            row_cost_s={str(k): float(v) for k, v in (d.get("row_cost_s") or {}).items()},
+            published_at=float(d.get("published_at", 0.0)),
+        )
+
+
+def _four(xs, kind):
+    a, b, c, d = (kind(x) for x in xs)
+    return (a, b, c, d)
 
 
 @dataclass(frozen=True, slots=True)

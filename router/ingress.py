@@ -43,6 +43,7 @@ from router.http_infer import InferEndpoint
 from router.listener import LISTENER_METRIC, start_listener
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
+from router.pool_load import PoolLoads
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings, cpu_device
@@ -81,7 +82,7 @@ class Ingress:
             self._pools["cpu"] = LocalPoolClient(self._local)
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
-        self._load: dict[str, list] = {}
+        self._load = PoolLoads()  # every pool replica's latest stats, for spill and shedding
         self._pool_totals = PoolTotals()  # every pool replica's counters: metrics and alerts
         self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
         self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
@@ -112,7 +113,7 @@ class Ingress:
             strategies=strategies, text_embedder=text,
             cache=self.cache, breakers=self.breakers,
             quotas=self._quotas,
-            load=lambda pool: self._load.get(pool, ()),
+            load=self._load.get,
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log), self.model_stats),
         )
@@ -160,7 +161,7 @@ class Ingress:
         while True:
             try:
                 await self.catalog.refresh()
-                self._load = {p: [await c.routing_stats()] for p, c in self._pools.items()}
+                await self._load.refresh(self._pools)
                 for pool, client in self._pools.items():
                     self._pool_totals.observe(pool, await client.counters())
                 self.breakers.poll()
@@ -183,10 +184,7 @@ class Ingress:
                                             self.breakers.states().items()
                                             if st is BreakerState.OPEN),
                     failed_models=failed,
-                    device_memory_used={
-                        f"{pool}:{st.device}": 1 - st.memory_free_bytes / st.memory_total_bytes
-                        for pool, stats in self._load.items() for st in stats
-                        if st.memory_total_bytes > 0},
+                    device_memory_used=self._load.memory_used(),
                     cache_tiers_down=frozenset() if self.cache.redis_available is not False
                     else frozenset({"redis"}),
                     failing_channels=channels, swaps=self._pool_totals.swaps(),

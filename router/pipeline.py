@@ -40,6 +40,7 @@ from pool.work import PoolWork
 from router.cache import CachedAnswer, CacheOutcome, Embedder, ResultCache
 from router.catalog import ModelCatalog, config_of
 from router.pool_client import PoolClient, PoolExecutor, RoutedRequest
+from router.pool_load import least_wait_s
 from router.route_runner import RouteRunner
 from router.routes import RouteConfig
 from router.schemas import InferenceRequest, InferenceResponse, Timings
@@ -258,7 +259,8 @@ class Pipeline:
         if self.config.admission is None:
             return None
         stats = list(self.load(pool))
-        delay = {p: max((s.queue_delay_s[p] for s in stats), default=0.0) for p in Priority}
+        # The wait where the request would run: Ray's router sends it to the least-loaded replica.
+        delay = {p: least_wait_s(stats, p) for p in Priority}
         snap = AdmissionSnapshot(
             capacity=self.config.pool_capacity,
             in_flight={p: self._in_flight.get((pool, p), 0) for p in Priority},

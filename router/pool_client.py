@@ -43,6 +43,11 @@ class PoolClient(Protocol):
 
     async def routing_stats(self) -> RoutingStats: ...
 
+    def replica_stats(self) -> list[RoutingStats]:
+        """Every replica's latest published stats as this process already holds them (no call;
+        empty when it holds none)."""
+        ...
+
     async def counters(self) -> DeviceCounters:
         """One replica's device counters and gauges (metrics and alert inputs)."""
         ...
@@ -68,6 +73,15 @@ class RemotePoolClient:
 
     async def routing_stats(self) -> RoutingStats:
         return await self._h.routing_stats.remote()
+
+    def replica_stats(self) -> list[RoutingStats]:
+        # The pools' request router in this process holds every replica's stats (Ray's
+        # controller broadcasts them); a handle routed by Ray's default router has none.
+        from pool.request_router import published_stats
+
+        app = getattr(self._h, "app_name", None)
+        name = getattr(self._h, "deployment_name", None)
+        return published_stats(app, name) if app is not None and name is not None else []
 
     async def counters(self) -> DeviceCounters:
         return await self._h.counters.remote()
@@ -98,6 +112,9 @@ class LocalPoolClient:
 
     async def routing_stats(self) -> RoutingStats:
         return self.host.worker.routing_stats()
+
+    def replica_stats(self) -> list[RoutingStats]:
+        return []  # one replica, in this process: routing_stats() is all of it
 
     async def counters(self) -> DeviceCounters:
         return self.host.worker.counters()

@@ -98,7 +98,8 @@ class QueueState:
         entry.queue.append(p)
         return p
 
-    def model_views(self, *, resident, swap_cost_s, stale) -> tuple[ModelView, ...]:
+    def model_views(self, *, resident, swap_cost_s, stale,
+                    loading=lambda _name: False) -> tuple[ModelView, ...]:
         """The queues as the scheduling policy sees them (cancelled requests dropped).
 
         Only models with queued requests are described: an idle model cannot be chosen, and
@@ -121,7 +122,7 @@ class QueueState:
                 name, resident(name), reqs, entry.config.max_batch_size,
                 entry.config.batch_wait_ms / 1e3,
                 INITIAL_ROW_S if stale(entry) else entry.ewma_row_s,
-                swap_cost_s(name), entry.ewma_gap_s,
+                swap_cost_s(name), entry.ewma_gap_s, loading(name),
             ))
         return tuple(models)
 

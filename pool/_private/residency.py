@@ -269,19 +269,41 @@ class Residency:
             self.swap_out(swap.key)
             self.memory.release(swap.key)
 
-    async def _swap_in(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
+    def loading(self, key: str) -> bool:
+        """A load or swap-in of ``key`` is in flight (not runnable until it finishes)."""
+        return key in self._inflight
+
+    async def prefetch(self, key: str) -> None:
+        """Disk -> host tier for a model the host tier dropped, without touching the device, so
+        the worker keeps running resident models meanwhile; shares a load already in flight.
+        Returns at once when the host tier holds it."""
+        inflight = self._inflight.get(key)
+        if inflight is not None:
+            await asyncio.shield(inflight)
+            return
+        if self._models[key].packed is not None:
+            return
+        task = asyncio.ensure_future(self._load_host(key))
+        self._inflight[key] = task
+        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        await asyncio.shield(task)
+
+    async def _load_host(self, key: str) -> None:
         m = self._models[key]
+        self.memory.pin(key)
+        try:
+            packed, load_s = await self.load(m.loader)
+        finally:
+            self.memory.unpin(key)
+        m.packed, m.load_s, m.nbytes = packed, load_s, packed.nbytes
+        self.stats.disk_loads += 1
+        self.stats.disk_load_s += load_s
+        self._host_add(key)
+
+    async def _swap_in(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
         start = time.perf_counter()
-        if m.packed is None:  # the host tier dropped it: back from disk
-            self.memory.pin(key)
-            try:
-                packed, load_s = await self.load(m.loader)
-            finally:
-                self.memory.unpin(key)
-            m.packed, m.load_s, m.nbytes = packed, load_s, packed.nbytes
-            self.stats.disk_loads += 1
-            self.stats.disk_load_s += load_s
-            self._host_add(key)
+        if self._models[key].packed is None:  # the host tier dropped it: back from disk
+            await self._load_host(key)
         swap = self._reserve(key, priority, queued)
         try:
             copy_s = await asyncio.get_running_loop().run_in_executor(

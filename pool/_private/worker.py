@@ -90,6 +90,7 @@ class DeviceWorker:
         self._loop_task: asyncio.Task | None = None
         self._closed = False
         self._current: str | None = None
+        self._loads: dict[str, asyncio.Task] = {}  # disk -> host loads off the loop, by model
         self._slice_start = 0.0
         self._last: str | None = None
         self.preemptions = 0
@@ -229,6 +230,8 @@ class DeviceWorker:
 
     async def close(self) -> None:
         self._closed = True
+        for task in list(self._loads.values()):
+            task.cancel()
         if self._loop_task:
             self._loop_task.cancel()
             try:
@@ -250,7 +253,8 @@ class DeviceWorker:
     def snapshot(self) -> SchedulerSnapshot:
         """The queues as the scheduling policy sees them (see ``QueueState.model_views``)."""
         models = self.queues.model_views(resident=self.tiers.is_resident,
-                                         swap_cost_s=self.tiers.swap_cost_s, stale=self._stale)
+                                         swap_cost_s=self.tiers.swap_cost_s, stale=self._stale,
+                                         loading=self._loading)
         return SchedulerSnapshot(
             self._clock(), models, self._current, self._slice_start,
             self.device.slice_ms / 1e3, self.device.chunk_size,
@@ -295,14 +299,15 @@ class DeviceWorker:
             self._preempted_by[d.priority] += 1
         self._last = d.model
         swap: SwapIn | None = None
-        swap_s = 0.0
         try:
-            if self.tiers.can_reserve(d.model):
-                # From the host tier: evict and reserve now, copy in the chunk's device call.
-                swap = self.tiers.reserve(d.model, d.priority, self.queues.queued_classes())
-            else:  # a disk load, or a swap of this model already in flight (add_model)
-                swap_s = await self.tiers.ensure(d.model, d.priority,
-                                                 self.queues.queued_classes())
+            if not self.tiers.can_reserve(d.model):
+                # On disk (the host tier dropped it), or a swap of it already in flight: load it
+                # off the loop and serve resident models meanwhile; the policy sees it loading
+                # until then. Awaiting the load here held the whole device for a disk read.
+                self._background_load(d.model)
+                return
+            # From the host tier: evict and reserve now, copy in the chunk's device call.
+            swap = self.tiers.reserve(d.model, d.priority, self.queues.queued_classes())
         except DeviceOutOfMemory as e:
             for p in entry.queue:
                 fail(p, e)
@@ -321,8 +326,29 @@ class DeviceWorker:
         for p, _, _ in parts:
             if p.first_start is None:
                 p.first_start = start
-        out = await self.chunk_runner.run(d.model, entry, parts, d.priority, swap, swap_s)
+        out = await self.chunk_runner.run(d.model, entry, parts, d.priority, swap, 0.0)
         self.update_from_output(entry, parts, out)
+
+    def _loading(self, name: str) -> bool:
+        # Ours from the moment the task is created (before it first runs), or a swap-in that
+        # another caller (add_model) has in flight.
+        return name in self._loads or self.tiers.loading(name)
+
+    def _background_load(self, name: str) -> None:
+        if name in self._loads:
+            return
+        self._loads[name] = asyncio.get_running_loop().create_task(self._load(name))
+
+    async def _load(self, name: str) -> None:
+        try:
+            await self.tiers.prefetch(name)
+        except Exception as e:  # noqa: BLE001 - contained: that model's requests fail, not the loop
+            entry = self.queues.entry(name)
+            for p in entry.queue if entry is not None else ():
+                fail(p, e)
+        finally:
+            self._loads.pop(name, None)  # before the wake-up: the loop must see it loaded
+            self._wakeup.set()
 
     def update_from_output(self, entry: ModelQueue, parts: list[tuple[Pending, int, int]],
                            out: ChunkOutput) -> None:

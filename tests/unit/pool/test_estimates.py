@@ -46,3 +46,11 @@ def test_triage_expires_exactly_where_the_published_wait_says_it_would_miss(marg
                                                 swap_cost_s=b.swap_cost_s)))
     dropped, _ = PrioritySchedulingPolicy().triage(snap)
     assert (9 in dropped) is expired
+
+
+def test_a_loading_models_disk_load_is_not_queue_delay_for_new_arrivals():
+    r = RequestView(1, I, None, 0.0, 2)
+    on_device = ModelView("a", False, (r,), 8, 0.0, 0.01, 0.5)
+    off_loop = ModelView("a", False, (r,), 8, 0.0, 0.01, 0.5, loading=True)
+    assert queue_delay_by_class([on_device])[I] == pytest.approx(0.52)
+    assert queue_delay_by_class([off_loop])[I] == pytest.approx(0.02)

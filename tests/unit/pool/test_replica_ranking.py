@@ -41,30 +41,37 @@ def test_version_must_match_when_given():
     assert rank_replicas(replicas, RouteTarget("a", "2"))[0] == ["v2"]
 
 
-async def test_request_router_ranks_real_running_replicas():
-    # async: PendingRequest creates an asyncio.Future, which needs a running loop
-    serve_common = pytest.importorskip("ray.serve._private.common")
-    from ray.serve.request_router import PendingRequest, RunningReplica
+def offline_replica(uid, resident, delay, dep, **stats_fields):
+    """A real RunningReplica over published stats, without an actor lookup (no cluster)."""
+    from ray.serve._private import common as serve_common
+    from ray.serve.request_router import RunningReplica
 
     from pool import RoutingStats
-    from pool.request_router import TimeshareRequestRouter, route_target
-
-    dep = serve_common.DeploymentID(name="pool", app_name="timeshare")
 
     class OfflineReplica(RunningReplica):
-        """The real replica interface without an actor lookup (no cluster in unit tests)."""
-
         def __init__(self, info):
             self._replica_info = info
             self._multiplexed_model_ids = set()
 
+    stats = RoutingStats("cpu", frozenset(resident), (delay,) * 4, (0,) * 4, 10, 100,
+                         **stats_fields)
+    return OfflineReplica(serve_common.RunningReplicaInfo(
+        replica_id=serve_common.ReplicaID(uid, deployment_id=dep), node_id="n",
+        node_ip="127.0.0.1", availability_zone=None, actor_name=uid,
+        max_ongoing_requests=8, routing_stats=stats.to_dict()))
+
+
+async def test_request_router_ranks_real_running_replicas():
+    # async: PendingRequest creates an asyncio.Future, which needs a running loop
+    serve_common = pytest.importorskip("ray.serve._private.common")
+    from ray.serve.request_router import PendingRequest
+
+    from pool.request_router import TimeshareRequestRouter, route_target
+
+    dep = serve_common.DeploymentID(name="pool", app_name="timeshare")
+
     def replica(uid, resident, delay):
-        stats = RoutingStats("cpu", frozenset(resident), (delay,) * 4, (0,) * 4, 10, 100)
-        info = serve_common.RunningReplicaInfo(
-            replica_id=serve_common.ReplicaID(uid, deployment_id=dep), node_id="n",
-            node_ip="127.0.0.1", availability_zone=None, actor_name=uid,
-            max_ongoing_requests=8, routing_stats=stats.to_dict())
-        return OfflineReplica(info)
+        return offline_replica(uid, resident, delay, dep)
 
     def pending(args, kwargs):
         return PendingRequest(args=args, kwargs=kwargs, metadata=None)
@@ -110,3 +117,72 @@ async def test_request_router_ranks_real_running_replicas():
     with pytest.raises(ValueError, match="unknown request_router_kwargs"):
         TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN
                                ).initialize_state(capacity=0.5)
+
+
+async def test_published_stats_are_every_replica_the_routers_here_hold():
+    # What the ingress's spill and shedding read: all replicas of the named deployment, from
+    # the routers alive in this process, not the one replica a poll reached.
+    serve_common = pytest.importorskip("ray.serve._private.common")
+    from pool.request_router import TimeshareRequestRouter, published_stats
+
+    dep = serve_common.DeploymentID(name="GPUPool", app_name="ts-published")
+    other = serve_common.DeploymentID(name="CPUPool", app_name="ts-published")
+    router = TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN)
+    router.update_replicas([offline_replica("g1", ["a@1"], 0.4, dep, replica="w1"),
+                            offline_replica("g2", [], 0.02, dep, replica="w2",
+                                            published_at=99.0)])
+    cpu = TimeshareRequestRouter(other, serve_common.DeploymentHandleSource.UNKNOWN)
+    cpu.update_replicas([offline_replica("c1", [], 9.0, other, replica="w3")])
+    got = sorted(published_stats("ts-published", "GPUPool"), key=lambda s: s.replica)
+    assert [(s.replica, s.queue_delay_s[I], s.published_at) for s in got] == [
+        ("w1", 0.4, 0.0), ("w2", 0.02, 99.0)]
+    assert got[0].resident == frozenset({"a@1"})
+    assert published_stats("ts-published", "nope") == []
+
+
+_BY_VALUE_CHILD = """
+import sys
+from ray import cloudpickle
+from ray.serve._private import common as serve_common
+sys.path.insert(0, sys.argv[2])
+from test_replica_ranking import offline_replica
+
+import asyncio
+
+async def main():
+    shipped = cloudpickle.loads(open(sys.argv[1], "rb").read())
+    import pool.request_router as module
+    assert shipped is not module.TimeshareRequestRouter
+    dep = serve_common.DeploymentID(name="Pool", app_name="ts-by-value")
+    router = shipped(dep, serve_common.DeploymentHandleSource.UNKNOWN)
+    router.update_replicas([offline_replica("p1", [], 0.1, dep, replica="w9")])
+    print([s.replica for s in module.published_stats("ts-by-value", "Pool")])
+
+asyncio.run(main())
+"""
+
+
+def test_published_stats_see_a_router_class_shipped_by_value(tmp_path):
+    # Ray Serve ships the router class by value (cloudpickle.register_pickle_by_value on its
+    # module) to the process that routes: there its globals are copies, so the registry
+    # published_stats reads must live in a module pickled by reference.
+    pytest.importorskip("ray.serve._private.common")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ray import cloudpickle
+
+    import pool.request_router as module
+
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        (tmp_path / "router.pkl").write_bytes(cloudpickle.dumps(module.TimeshareRequestRouter))
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-c", _BY_VALUE_CHILD, str(tmp_path / "router.pkl"),
+                          str(Path(__file__).parent)], capture_output=True, text=True,
+                         cwd=root, timeout=120, env={"PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['w9']"

@@ -216,3 +216,30 @@ def test_batching_wait_only_when_another_arrival_is_expected():
     d = policy.decide(snap(quiet, now=NOW + 0.001))
     assert d.model == "m" and d.request_ids == (1,)
     assert policy.decide(snap(busy, now=NOW + 0.003)).model == "m"  # the wait has passed
+
+
+def loading(key, *reqs, row_cost=0.001):
+    return ModelView(key, False, tuple(reqs), 32, 0.0, row_cost, 0.2, loading=True)
+
+
+def test_a_model_loading_from_disk_does_not_hold_the_device_for_the_others():
+    # The cold request is first by deadline, but its weights are still on their way from disk:
+    # the resident model runs meanwhile, and is not charged the load as work ahead.
+    cold = loading("cold", req(1, deadline=NOW + 0.25, arrival=NOW - 0.01))
+    hot = model("hot", req(2, deadline=NOW + 0.3), row_cost=0.001)
+    d = policy.decide(snap(cold, hot))
+    assert d.model == "hot" and d.request_ids == (2,) and d.expired == ()
+    # Loaded on the device's path instead (same estimate), the cold model goes first and holds
+    # the device for its 0.2 s swap; a resident request due before that ends is refused.
+    blocking = ModelView("cold", False, cold.requests, 32, 0.0, 0.001, 0.2)
+    assert policy.decide(snap(blocking, hot)).model == "cold"
+    tight = model("hot", req(2, deadline=NOW + 0.26, rows=64), row_cost=0.001)
+    assert policy.decide(snap(blocking, tight)).expired == (2,)
+    assert policy.decide(snap(cold, tight)).model == "hot"
+
+
+def test_a_loading_models_requests_expire_at_their_deadline_and_wake_the_worker():
+    d = policy.decide(snap(loading("cold", req(1, deadline=NOW + 0.2), req(2, deadline=NOW))))
+    assert d.model is None and d.expired == (2,) and d.wait_until == NOW + 0.2
+    no_deadline = policy.decide(snap(loading("cold", req(3))))
+    assert no_deadline.model is None and no_deadline.wait_until is None

@@ -200,3 +200,49 @@ async def test_time_budgeted_chunks_split_a_batch_and_reassemble_its_rows():
         assert w.snapshot().models == ()  # idle models are not described to the policy
     finally:
         await w.close()
+
+
+class SlowLoader(Loader):
+    """A loader whose disk read takes ``delay_s`` after the first load (a reload from disk)."""
+
+    def __init__(self, seed, delay_s):
+        super().__init__(seed)
+        self.delay_s = delay_s
+
+    def __call__(self):
+        if self.calls:
+            import time
+
+            time.sleep(self.delay_s)
+        return super().__call__()
+
+
+async def test_a_disk_reload_runs_off_the_loop_while_resident_models_serve(make_worker):
+    w = make_worker(models_fit=1, host_budget=1 * 6 * 1024)
+    await w.add_model(key(0), config("m0"), SlowLoader(0, 0.5))
+    await w.add_model(key(1), config("m1"), Loader(1))  # m0's host copy dropped
+    x = torch.randn(2, 16)
+    await w.infer(key(1), {"x": x})  # m1 resident, m0 evicted: m0 is on disk only
+    assert w.status()["host_tier"] == [str(key(1))] and w.status()["resident"] == [str(key(1))]
+    cold = asyncio.ensure_future(w.infer(key(0), {"x": x}))
+    await asyncio.sleep(0.05)  # the reload of m0 has started
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    r = await w.infer(key(1), {"x": x})
+    assert loop.time() - t0 < 0.3 and not cold.done()  # not held behind the 0.5 s disk read
+    assert torch.allclose(r.outputs["y"], Loader(1).build()(x), atol=1e-6)
+    out = await cold
+    assert torch.allclose(out.outputs["y"], Loader(0).build()(x), atol=1e-6)
+    assert w.status()["swaps"]["disk_loads"] == 1
+
+
+async def test_a_request_waiting_on_a_disk_load_expires_at_its_deadline(make_worker):
+    w = make_worker(models_fit=1, host_budget=1 * 6 * 1024)
+    await w.add_model(key(0), config("m0"), SlowLoader(0, 0.6))
+    await w.add_model(key(1), config("m1"), Loader(1))
+    await w.infer(key(1), {"x": torch.randn(1, 16)})  # m0 on disk only
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(RequestExpired):
+        await w.infer(key(0), {"x": torch.randn(1, 16)}, deadline=w._clock() + 0.2)
+    assert loop.time() - t0 < 0.45  # refused at its deadline, not after the load

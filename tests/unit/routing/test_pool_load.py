@@ -1,0 +1,124 @@
+"""The ingress's pool-load board: every pool replica's latest stats, expiring; the aggregate the
+spill and shedding decisions read (no Ray)."""
+
+import pytest
+
+from policies.priority import Priority
+from policies.spill import decide_spill
+from pool import RoutingStats
+from router.pool_load import PoolLoadBoard, PoolLoads, least_wait_s
+
+P = Priority.INTERACTIVE
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def stats(replica: str, wait: float, at: float = 0.0) -> RoutingStats:
+    return RoutingStats(device="cpu", resident=frozenset({"m@1"}), queue_delay_s=(0.0, wait, wait,
+                        wait), queue_depth=(0, 1, 0, 0), memory_free_bytes=5,
+                        memory_total_bytes=10, replica=replica, published_at=at)
+
+
+def test_board_keeps_every_replica_not_just_the_last_polled():
+    clock = Clock()
+    board = PoolLoadBoard(ttl_s=5.0, clock=clock)
+    board.observe([stats("a", 0.4, at=clock.t)])
+    live = board.observe([stats("b", 0.05, at=clock.t)])  # the next poll reached the other one
+    assert sorted(s.replica for s in live) == ["a", "b"]
+    assert least_wait_s(live, P) == pytest.approx(0.05)
+
+
+def test_newer_report_replaces_older_and_older_never_overwrites_newer():
+    clock = Clock()
+    board = PoolLoadBoard(ttl_s=5.0, clock=clock)
+    board.observe([stats("a", 0.4, at=clock.t - 1)])
+    board.observe([stats("a", 0.1, at=clock.t)])
+    assert [s.queue_delay_s[P] for s in board.live()] == [0.1]
+    board.observe([stats("a", 0.9, at=clock.t - 2)])  # a late poll answer with older stats
+    assert [s.queue_delay_s[P] for s in board.live()] == [0.1]
+
+
+def test_stale_reports_expire_so_a_dead_replica_stops_counting():
+    clock = Clock()
+    board = PoolLoadBoard(ttl_s=5.0, clock=clock)
+    board.observe([stats("dead", 0.0, at=clock.t), stats("busy", 0.6, at=clock.t)])
+    clock.t += 3.0
+    board.observe([stats("busy", 0.6, at=clock.t)])
+    assert least_wait_s(board.live(), P) == 0.0  # "dead" still within its ttl
+    clock.t += 2.5
+    assert [s.replica for s in board.live()] == ["busy"]  # expired on read, too
+    assert [s.replica for s in board.observe([])] == ["busy"]
+    assert least_wait_s(board.live(), P) == pytest.approx(0.6)
+
+
+def test_report_without_publish_time_counts_from_its_arrival():
+    clock = Clock()
+    board = PoolLoadBoard(ttl_s=2.0, clock=clock)
+    board.observe([stats("a", 0.2)])
+    clock.t += 1.5
+    assert len(board.live()) == 1
+    clock.t += 1.0
+    assert board.live() == ()
+
+
+def test_spill_on_the_aggregate_follows_the_least_loaded_replica():
+    # One replica is swamped, the other idle: the router sends the request to the idle one, so
+    # spilling because the last poll happened to reach the swamped one would be wrong.
+    clock = Clock()
+    board = PoolLoadBoard(ttl_s=5.0, clock=clock)
+    live = board.observe([stats("swamped", 1.0, at=clock.t), stats("idle", 0.01, at=clock.t)])
+    d = decide_spill(gpu=list(live), priority=P, deadline_s=0.2, compute_s=0.01, target="cpu")
+    assert d.where == "gpu"
+    alone = decide_spill(gpu=[stats("swamped", 1.0)], priority=P, deadline_s=0.2,
+                         compute_s=0.01, target="cpu")
+    assert alone.where == "cpu"
+
+
+def test_least_wait_without_reports_is_no_load_and_ttl_must_be_positive():
+    assert least_wait_s((), P) == 0.0
+    with pytest.raises(ValueError, match="ttl_s"):
+        PoolLoadBoard(ttl_s=0.0)
+
+
+def test_routing_stats_round_trip_through_the_published_dict():
+    s = RoutingStats(device="cuda:0", resident=frozenset({"a@1"}), queue_delay_s=(0.1, 0.2, 0.3,
+                     0.4), queue_depth=(1, 2, 3, 4), memory_free_bytes=7, memory_total_bytes=9,
+                     hosted=frozenset({"b@2"}), replica="r1", swaps=3, row_cost_s={"a@1": 0.01},
+                     published_at=123.5)
+    assert RoutingStats.from_dict(s.to_dict()) == s
+
+
+class FakePool:
+    """A pool client whose poll reaches one replica and whose router here holds all of them."""
+
+    def __init__(self, polled, held):
+        self.polled, self.held = polled, held
+
+    async def routing_stats(self):
+        return self.polled
+
+    def replica_stats(self):
+        return list(self.held)
+
+
+async def test_pool_loads_fold_the_poll_and_the_routers_view_per_pool():
+    clock = Clock()
+    busy = stats("a", 0.5, at=clock.t)
+    full = RoutingStats(device="cpu", resident=frozenset(), queue_delay_s=(0.0,) * 4,
+                        queue_depth=(0,) * 4, memory_free_bytes=1, memory_total_bytes=10,
+                        replica="b", published_at=clock.t)
+    loads = PoolLoads(ttl_s=5.0, clock=clock)
+    assert loads.get("gpu") == ()
+    await loads.refresh({"gpu": FakePool(busy, [busy, full])})
+    assert sorted(s.replica for s in loads.get("gpu")) == ["a", "b"]
+    assert least_wait_s(loads.get("gpu"), P) == 0.0
+    # Both replicas report device "cpu": the fuller one's share is the pool's.
+    assert loads.memory_used() == {"gpu:cpu": pytest.approx(0.9)}
+    with pytest.raises(ValueError, match="ttl_s"):
+        PoolLoads(ttl_s=-1.0)
