@@ -63,7 +63,7 @@ def offline_replica(uid, resident, delay, dep, **stats_fields):
 
 async def test_request_router_ranks_real_running_replicas():
     # async: PendingRequest creates an asyncio.Future, which needs a running loop
-    serve_common = pytest.importorskip("ray.serve._private.common")
+    from ray.serve._private import common as serve_common
     from ray.serve.request_router import PendingRequest
 
     from pool.request_router import TimeshareRequestRouter, route_target
@@ -122,7 +122,8 @@ async def test_request_router_ranks_real_running_replicas():
 async def test_published_stats_are_every_replica_the_routers_here_hold():
     # What the ingress's spill and shedding read: all replicas of the named deployment, from
     # the routers alive in this process, not the one replica a poll reached.
-    serve_common = pytest.importorskip("ray.serve._private.common")
+    from ray.serve._private import common as serve_common
+
     from pool.request_router import TimeshareRequestRouter, published_stats
 
     dep = serve_common.DeploymentID(name="GPUPool", app_name="ts-published")
@@ -166,7 +167,6 @@ def test_published_stats_see_a_router_class_shipped_by_value(tmp_path):
     # Ray Serve ships the router class by value (cloudpickle.register_pickle_by_value on its
     # module) to the process that routes: there its globals are copies, so the registry
     # published_stats reads must live in a module pickled by reference.
-    pytest.importorskip("ray.serve._private.common")
     import subprocess
     import sys
     from pathlib import Path
