@@ -156,9 +156,12 @@ class Alerter:
             if due is not None:
                 wait = min(wait, max(0.0, due - self._clock()))
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+            # lands as its timeout fires, and this loop would then outlive stop() (a hang).
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.01))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(max(wait, 0.01)):
+                    await self._wake.wait()
+            except TimeoutError:
                 pass
 
     # -- events -----------------------------------------------------------------------------
