@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the pool's public types stay importable without torch (load generator)
+    import torch
 
 __all__ = ["DeviceCounters", "ModelKey", "RoutingStats", "WorkResult"]
 
