@@ -27,29 +27,21 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from fallbacks.breaker import BreakerRegistry
+from fallbacks.breaker import BreakerRegistry, CircuitBreaker
 from fallbacks.deadline import Clock, Deadline
 from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 from fallbacks.pool_throttle import PoolThrottles
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rule_engine import RuleEngine
+from fallbacks.throttle import AdaptiveThrottle
 from pool.config import FallbackStep
 from pool.trust import ModuleAllowlist
 
-__all__ = [
-    "Attempt",
-    "ChainConfig",
-    "ChainResult",
-    "ChainRunner",
-    "CompiledStep",
-    "ModelExecutor",
-    "ModelReply",
-    "PoolName",
-    "Target",
-    "compile_chain",
-]
+__all__ = ["Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep", "ModelExecutor",
+           "ModelReply", "PoolName", "Target", "compile_chain"]
 
 PoolName = Literal["gpu", "cpu"]
+_Gates = tuple[CircuitBreaker | None, AdaptiveThrottle | None]  # a remote call's breaker, throttle
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,17 +277,10 @@ class ChainRunner:
         avail = deadline.budget(margin_s=reserve)
         return avail * c.remote_share if any(t is not None for _, t in rest) else avail
 
-    async def _remote(
-        self,
-        request: FallbackRequest,
-        deadline: Deadline,
-        target: Target,
-        prefix: str,
-        rest: list[tuple[CompiledStep | None, Target | None]],
-        attempts: list[Attempt],
-    ) -> _StepAnswer | None:
-        label = _label(prefix, target.model, target.version)
-        budget = self._budget(deadline, rest)
+    def _admit(self, label: str, deadline: Deadline, budget: float, target: Target,
+               attempts: list[Attempt]) -> _Gates | None:
+        """``(breaker, throttle)`` (None where not configured) when the call may go out; None,
+        with the reason in ``attempts``, when the budget, breaker or throttle says no."""
         if deadline.expired() or budget * 1000.0 < self.config.min_remote_budget_ms:
             attempts.append(Attempt(label, "expired", 0.0))
             return None
@@ -310,6 +295,23 @@ class ChainRunner:
                 breaker.release()
             attempts.append(Attempt(label, "throttled", 0.0))
             return None
+        return breaker, throttle
+
+    async def _remote(
+        self,
+        request: FallbackRequest,
+        deadline: Deadline,
+        target: Target,
+        prefix: str,
+        rest: list[tuple[CompiledStep | None, Target | None]],
+        attempts: list[Attempt],
+    ) -> _StepAnswer | None:
+        label = _label(prefix, target.model, target.version)
+        budget = self._budget(deadline, rest)
+        admitted = self._admit(label, deadline, budget, target, attempts)
+        if admitted is None:
+            return None
+        breaker, throttle = admitted
         t0 = self._clock()
         call = self._executor.call_model(
             request, model=target.model, version=target.version, pool=target.pool, budget_s=budget

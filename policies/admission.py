@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.priority import Priority
+from policies.priority import PRIORITIES, Priority
 
 __all__ = [
     "AdmissionConfig",
@@ -99,7 +99,7 @@ def shed_classes(snapshot: AdmissionSnapshot, config: AdmissionConfig) -> frozen
     """Classes to shed now: the most urgent class over a ceiling and every class below it."""
     u = snapshot.utilization
     cutoff: Priority | None = None
-    for p in sorted(Priority):  # most urgent first: the first one over a ceiling sets the cutoff
+    for p in PRIORITIES:  # most urgent first: the first one over a ceiling sets the cutoff
         over_util = u >= config.max_utilization[p.label]
         over_delay = snapshot.queue_delay_s.get(p, 0.0) > config.max_queue_delay_s[p.label]
         if over_util or over_delay:
@@ -107,7 +107,7 @@ def shed_classes(snapshot: AdmissionSnapshot, config: AdmissionConfig) -> frozen
             break
     if cutoff is None:
         return frozenset()
-    return frozenset(p for p in Priority if p >= cutoff)
+    return frozenset(p for p in PRIORITIES if p >= cutoff)
 
 
 def decide_admission(

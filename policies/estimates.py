@@ -1,19 +1,36 @@
-"""Shared estimates: the one moving average and the one queue-delay model.
+"""Shared estimates: the one moving average, the device's pace and the one queue-delay model.
 
 Pure functions. The queue-delay model is used both by the scheduler's triage (which requests can
 still meet their deadline behind the work ranked before them) and by the routing stats a replica
 publishes (how long a new request of each class would wait), so the two can never disagree.
+
+Work is estimated from measured device time (the compute inside the device call), which leaves
+out what a busy machine adds around it: the decision, the hop to the device thread, the event
+loop getting back to the worker. :class:`Pace` is how far behind those estimates the device
+actually runs, learned from every chunk (wall time per estimated second); both the triage and
+the published wait scale the estimated work by it, so a device that runs behind refuses work it
+cannot finish in time when it is queued, not at its deadline.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from policies.scheduling import ModelView, RequestView
 
-__all__ = ["EWMA_ALPHA", "ewma", "queue_delay_by_class", "request_work_s"]
+__all__ = [
+    "EWMA_ALPHA",
+    "MAX_PACE",
+    "PACE_HORIZON_S",
+    "Pace",
+    "ewma",
+    "queue_delay_by_class",
+    "request_work_s",
+]
 
 # Weight of a new sample. 0.2 follows a change within ~5 samples yet a single outlier moves the
 # estimate by only a fifth of its excess.
@@ -32,6 +49,50 @@ def ewma(prev: float | None, sample: float, *, alpha: float = EWMA_ALPHA) -> flo
     return (1.0 - alpha) * prev + alpha * sample
 
 
+# The pace is the device's over about its last second of busy time: the horizon a request's
+# wait spans (deadlines of a few hundred ms) and more, so a passing stall (a disk load's
+# thread taking the CPU for 100 ms) does not refuse every arrival for the whole of the next
+# second, while a lasting slowdown takes over within it.
+PACE_HORIZON_S = 1.0
+# The pace never claims more than this: beyond it the estimates are not describing the device
+# (a stall, a debugger), and refusing everything for it would turn one hiccup into an outage.
+MAX_PACE = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How far behind its work estimates a device runs: the wall time of its chunks (decision
+    to next decision) and their estimated work, each summed with older chunks decaying by
+    ``exp(-busy time since / horizon_s)``.
+
+    :attr:`factor` is their ratio, at least 1 (work never takes less than its measured compute)
+    and at most :data:`MAX_PACE`; 1 until a chunk is observed. A ratio of sums rather than an
+    average of ratios: a stall of one short chunk counts by its length, not by how many times
+    its tiny estimate it took.
+
+    >>> Pace().observe(wall_s=0.006, work_s=0.002).factor
+    3.0
+    """
+
+    wall_s: float = 0.0
+    work_s: float = 0.0
+
+    @property
+    def factor(self) -> float:
+        if self.work_s <= 0:
+            return 1.0
+        return min(MAX_PACE, max(1.0, self.wall_s / self.work_s))
+
+    def observe(self, *, wall_s: float, work_s: float,
+                horizon_s: float = PACE_HORIZON_S) -> Pace:
+        """The pace after one chunk that took ``wall_s`` for ``work_s`` of estimated work
+        (a chunk with no estimate, e.g. a model's first, teaches nothing)."""
+        if work_s <= 0 or wall_s < 0:
+            return self
+        decay = math.exp(-wall_s / horizon_s)
+        return Pace(self.wall_s * decay + wall_s, self.work_s * decay + work_s)
+
+
 def request_work_s(model: ModelView, request: RequestView, *, swap_paid: bool) -> float:
     """Estimated device time of ``request``'s remaining rows, plus the model's swap-in unless it
     is resident or already paid for by work ahead (``swap_paid``)."""
@@ -39,11 +100,12 @@ def request_work_s(model: ModelView, request: RequestView, *, swap_paid: bool) -
     return swap + request.rows * model.row_cost_s
 
 
-def queue_delay_by_class(models: Iterable[ModelView]) -> tuple[float, float, float, float]:
+def queue_delay_by_class(models: Iterable[ModelView], *, pace: float = 1.0
+                         ) -> tuple[float, float, float, float]:
     """Estimated wait of a new arrival of each class (index = ``Priority`` value): the work of
     every queued request of that class or a more urgent one (aging and deadlines aside), with
     each model's swap-in counted once (a model loading from disk off the device loop holds
-    the device for its compute only)."""
+    the device for its compute only), times the device's ``pace`` (:attr:`Pace.factor`)."""
     delay = [0.0, 0.0, 0.0, 0.0]
     for m in models:
         paid = [m.loading] * 4
@@ -51,4 +113,4 @@ def queue_delay_by_class(models: Iterable[ModelView]) -> tuple[float, float, flo
             for cls in range(int(r.priority), 4):
                 delay[cls] += request_work_s(m, r, swap_paid=paid[cls])
                 paid[cls] = True
-    return delay[0], delay[1], delay[2], delay[3]
+    return delay[0] * pace, delay[1] * pace, delay[2] * pace, delay[3] * pace

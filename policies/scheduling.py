@@ -78,12 +78,15 @@ class ModelView:
     # Its weights are being loaded from disk into the host tier off the device loop: it cannot
     # run yet, and the load does not hold the device (other models run meanwhile).
     loading: bool = False
+    # row_cost_s is a fresh measurement (False: the initial guess, or a stale one shown as it).
+    measured: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSnapshot:
     """The device's queues at ``now``; ``current`` is the model whose slice began at
-    ``slice_start``."""
+    ``slice_start``; ``pace`` is how far behind its estimates the device runs
+    (``policies.estimates.Pace.factor``, 1: exactly at them)."""
 
     now: float
     models: tuple[ModelView, ...]
@@ -91,6 +94,7 @@ class SchedulerSnapshot:
     slice_start: float = 0.0
     slice_s: float = 0.05
     chunk_size: int = 16
+    pace: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,9 @@ class ScheduleDecision:
     take ``rows`` rows from ``request_ids`` (in order) as the batch and run its first
     ``chunk_rows`` rows, then ask again. ``model`` None: idle until an arrival or ``wait_until``.
     ``priority`` is the class the chunk runs under (CUDA stream priority, eviction rights).
+    ``work_s`` is the chunk's estimated compute, which the worker compares with the wall time
+    the chunk took (``policies.estimates.Pace``); 0 when that estimate is a guess (a model not
+    measured lately, or one swapped in within the chunk), which would teach the pace nothing.
     """
 
     model: str | None = None
@@ -111,6 +118,7 @@ class ScheduleDecision:
     expired: tuple[int, ...] = ()
     wait_until: float | None = None
     reason: str = ""
+    work_s: float = 0.0
 
 
 class SchedulingPolicy(ABC):
@@ -143,24 +151,28 @@ class SchedulingPolicy(ABC):
         Requests are walked in rank order while the estimated work ahead adds up (rows times
         cost per row, plus one swap-in per model not resident). Requests of a model whose
         weights are loading from disk (``ModelView.loading``) are neither run nor counted
-        ahead of others; they expire at their deadline if the load has not finished by then.
+        ahead of others; one that cannot finish behind the rest of the load (its
+        ``swap_cost_s``, the load's estimated time left) expires now, the others at their
+        deadline if the load has not finished by then.
         A request that would finish after its deadline behind the work ranked before it is not
         run: its fallback is better served now, and under overload the time goes to requests
         that can still make it instead of to ones that would answer late anyway. Costs are
-        measured compute only (optimistic), so a request is dropped only when even that
-        estimate misses.
+        measured compute times the device's observed pace (``snap.pace``): a device running
+        behind its estimates refuses as soon as a request is queued where it would miss,
+        instead of when its deadline has passed.
         """
         order = sorted(
             ((self.rank(r, snap.now), r, m) for m in snap.models for r in m.requests
              if not m.loading),
             key=lambda t: t[0],
         )
-        expired = [r.id for r in _loading_requests(snap) if _past(r, snap.now)]
+        expired = [r.id for m in snap.models if m.loading for r in m.requests
+                   if _misses_load(m, r, snap)]
         live: dict[str, list[RequestView]] = {}
         ahead = 0.0
         for _, r, m in order:
             work = request_work_s(m, r, swap_paid=m.key in live)
-            if r.deadline is not None and snap.now + ahead + work >= r.deadline:
+            if r.deadline is not None and snap.now + (ahead + work) * snap.pace >= r.deadline:
                 expired.append(r.id)
                 continue
             ahead += work
@@ -196,16 +208,18 @@ class SchedulingPolicy(ABC):
         if (rows < model.max_batch_size and snap.now < ready_at and expect_more
                 and not any(r.started for r in reqs)):
             return ScheduleDecision(expired=tuple(expired), wait_until=ready_at, reason="batching")
+        # Chunked by the head request's own class: aging buys an old request its turn, not
+        # the right to hold the device against a fresh realtime arrival.
+        chunk = self.chunk_rows(snap, model, rows, reqs[0].priority)
         return ScheduleDecision(
             model=key,
             request_ids=tuple(ids),
             rows=rows,
-            # Chunked by the head request's own class: aging buys an old request its turn, not
-            # the right to hold the device against a fresh realtime arrival.
-            chunk_rows=self.chunk_rows(snap, model, rows, reqs[0].priority),
+            chunk_rows=chunk,
             priority=cls,
             expired=tuple(expired),
             reason=reason,
+            work_s=chunk * model.row_cost_s if model.resident and model.measured else 0.0,
         )
 
 
@@ -213,10 +227,13 @@ def _loading_requests(snap: SchedulerSnapshot) -> list[RequestView]:
     return [r for m in snap.models if m.loading for r in m.requests]
 
 
-def _past(r: RequestView, now: float) -> bool:
-    # A loading model's request waits for the load, not behind the device's queue: it expires
-    # at its deadline (the load's remaining time is not known well enough to refuse earlier).
-    return r.deadline is not None and now >= r.deadline
+def _misses_load(m: ModelView, r: RequestView, snap: SchedulerSnapshot) -> bool:
+    # A loading model's request waits for the load, not behind the device's queue: refused when
+    # even the rest of the load and its own work (at the device's pace) end past its deadline.
+    # Once the load overruns its estimate (nothing left), that is its own work: about its
+    # deadline, as the worker's wake-up (``decide``) expects.
+    work = request_work_s(m, r, swap_paid=False)
+    return r.deadline is not None and snap.now + work * snap.pace >= r.deadline
 
 
 class PrioritySchedulingPolicy(SchedulingPolicy):

@@ -18,12 +18,13 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
+
+import orjson
 
 from fallbacks.tasks import cancel_and_wait
 
@@ -143,12 +144,14 @@ class JsonlSink:
 
     def _write_sync(self, records: list[CallRecord]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = "".join(json.dumps(r.to_dict(), separators=(",", ":")) + "\n" for r in records)
+        # orjson writes the dataclass itself (the fields in order, as ``to_dict``): this thread
+        # shares the ingress's GIL, and ``asdict`` + ``json.dumps`` cost it ~5 % of a request
+        data = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records)
         if (self.max_bytes is not None and self.path.exists()
                 and self.path.stat().st_size + len(data) > self.max_bytes
                 and self.path.stat().st_size > 0):
             self._rotate()
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open(self.path, "ab") as f:
             f.write(data)
 
     async def write(self, records: list[CallRecord]) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.edge import EdgeConfig, EdgeSnapshot, body_wait_s, decide_edge
-from policies.priority import Priority, parse_priority
+from policies.priority import PRIORITIES, Priority, parse_priority
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 
 __all__ = ["ARRIVAL_KEY", "EdgeMiddleware", "EdgeSettings", "EdgeState", "arrival_s",
@@ -119,7 +119,7 @@ class EdgeState:
     def snapshot(self) -> EdgeSnapshot:
         now = self._clock()
         return EdgeSnapshot(dict(self.in_flight), self.service_s,
-                            {p: self._decayed(p, now) for p in Priority})
+                            {p: self._decayed(p, now) for p in PRIORITIES})
 
     def _decayed(self, p: Priority, now: float) -> float:
         rate, at = self._rate[p]

@@ -9,6 +9,7 @@ declares the request bodies and those error responses.
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -85,9 +86,19 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+# FastAPI >= 0.16x wraps every request in its own OpenTelemetry middleware, which asks the
+# global providers per request whether it is on (~5 us a request, docs/PERFORMANCE.md) and,
+# once a process configures a global provider, records a second request histogram beside
+# Timeshare's own (alerting.telemetry). Off, where this FastAPI has the switch.
+_NO_FASTAPI_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def build_http_app(front: Frontend) -> FastAPI:
     """The v2 app: health, metadata, inference, repository and status routes over ``front``."""
-    app = FastAPI(title="Timeshare", docs_url=None, redoc_url=None, version="0.1.0")
+    app = FastAPI(title="Timeshare", docs_url=None, redoc_url=None, version="0.1.0",
+                  **_NO_FASTAPI_TELEMETRY)
     _add_error_handlers(app)
     app.include_router(_health_routes(front))
     app.include_router(_model_routes(front))

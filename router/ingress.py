@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -22,12 +21,12 @@ from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
-from pool.service import PoolService
 from router._private.callers import digest, identify
 from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
 from router._private.model_stats import ModelStatsRecorder
 from router._private.pool_totals import PoolTotals
 from router._private.recorders import CallLogRecorder, CounterRecorder, TelemetryRecorder
+from router._private.wiring import embedder, route_strategies, serve_metrics, start_local_pool
 from router.cache import ResultCache
 from router.cache._private.metrics import register_error_rate_metric
 from router.calllog import build_call_log
@@ -44,9 +43,8 @@ from router.listener import LISTENER_METRIC, start_listener
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.pool_load import PoolLoads
-from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse
-from router.settings import AppSettings, cpu_device
+from router.settings import AppSettings
 from router.v2 import model_metadata, route_metadata
 
 __all__ = ["Ingress"]
@@ -69,16 +67,8 @@ class Ingress:
         self.max_body_bytes = s.max_body_bytes
         self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
         self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
-        self._local: PoolService | None = None
-        if s.cpu_pool.placement == "ingress":
-            # inline_ms 0: the ingress's loop must stay responsive (deadlines, fallbacks) even
-            # while a model runs or hangs, so every chunk goes to the device thread.
-            self._local = PoolService(
-                "cpu", s.repository, s.resolved_state_dir(),
-                {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
-                poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust,
-                compile_cache_dir=s.compile_cache_dir)
-            await self._local.start()
+        self._local = await start_local_pool(s)
+        if self._local is not None:
             self._pools["cpu"] = LocalPoolClient(self._local)
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
@@ -89,7 +79,7 @@ class Ingress:
         self.telemetry.observe_devices(self._pool_totals.live, self._pool_totals.restarts)
         self.model_stats = ModelStatsRecorder()  # rate, p99, shares per model for the status
         if s.prometheus_port is not None:
-            _serve_metrics(s.prometheus_port)
+            serve_metrics(s.prometheus_port)
         self.counters = CounterRecorder(slow_s=s.slow_request_s)
         self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
                                        max_queue=s.call_log.max_queue)
@@ -98,14 +88,24 @@ class Ingress:
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
         self.telemetry.observe_breakers(lambda: {k: st.value.lower() for k, st in
                                                  self.breakers.states().items()})
-        routes = load_routes(s.routes) if s.routes else {}
-        base = Path(s.routes).parent if isinstance(s.routes, str) else None
-        strategies = {n: build_strategy(rc, base_dir=base) for n, rc in routes.items()}
+        self.pipeline = self._build_pipeline(s)
+        self._app = mount_edge(build_http_app(self), settings=s.edge,
+                               max_body_bytes=s.max_body_bytes,
+                               default_deadline_ms=s.default_deadline_ms,
+                               infer=InferEndpoint(self))
+        self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
+        self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
+        if alerter is not None:
+            self._start_alerting(s)
+
+    def _build_pipeline(self, s: AppSettings) -> Pipeline:
+        """Routes, strategies, the shared embedder and the cache, and the pipeline over them."""
+        routes, strategies = route_strategies(s)
         # One shared embedder: a text route's embedding is the semantic cache's (#18).
-        text = _embedder(s, routes_read_text=any(st.reads_text for st in strategies.values()))
+        text = embedder(s, routes_read_text=any(st.reads_text for st in strategies.values()))
         self.cache = ResultCache(s.cache, embedder=text, on_event=self._on_cache_event)
         register_error_rate_metric(self.telemetry.meter_provider, self.cache.verification)
-        self.pipeline = Pipeline(
+        return Pipeline(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
                                   admission=s.admission, pool_capacity=s.pool_capacity),
@@ -117,19 +117,14 @@ class Ingress:
             recorders=(TelemetryRecorder(self.telemetry), self.counters,
                        CallLogRecorder(self.call_log), self.model_stats),
         )
-        self._app = mount_edge(build_http_app(self), settings=s.edge,
-                               max_body_bytes=s.max_body_bytes,
-                               default_deadline_ms=s.default_deadline_ms,
-                               infer=InferEndpoint(self))
-        self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
-        self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
-        if alerter is not None:
-            from alerting.config import load_config
-            from alerting.rules import RuleEvaluator
 
-            cfg = load_config(s.alerting or {})
-            self._evaluator = RuleEvaluator(cfg.rules, cfg.environment)
-            self._tasks.append(asyncio.get_running_loop().create_task(self._alert_loop()))
+    def _start_alerting(self, s: AppSettings) -> None:
+        from alerting.config import load_config
+        from alerting.rules import RuleEvaluator
+
+        cfg = load_config(s.alerting or {})
+        self._evaluator = RuleEvaluator(cfg.rules, cfg.environment)
+        self._tasks.append(asyncio.get_running_loop().create_task(self._alert_loop()))
 
     def __serve_build_asgi_app__(self):
         """Serve asks for the ASGI app after __init__; it is built over this instance."""
@@ -374,26 +369,3 @@ def _no_route_version(route: str, version: str | None) -> None:
     if version is not None:
         raise InvalidRequest(f"version: {route!r} is a route (a virtual model) and has no "
                              f"versions; got {version!r}", field="version")
-
-
-def _embedder(s: AppSettings, *, routes_read_text: bool = False):
-    if not s.cache.semantic_dir and not routes_read_text:
-        return None
-    from router.cache import MiniLMEmbedder, SharedEmbedder
-
-    return SharedEmbedder(MiniLMEmbedder.load())
-
-
-def _serve_metrics(port: int) -> None:
-    """Expose this replica's metrics on ``port``; a second replica on the node logs, not crashes.
-
-    One port serves one process: with several ingress replicas on a node only the first binds it
-    (docs/SCALING.md). Failing the replica for it would take serving down for a metrics endpoint.
-    """
-    import prometheus_client
-
-    try:
-        prometheus_client.start_http_server(port, addr="127.0.0.1")
-    except OSError as e:
-        log.warning("prometheus_port %d not served by this replica (%s): another process on "
-                    "this node holds it", port, e)

@@ -33,7 +33,7 @@ from fallbacks import (
     Target,
 )
 from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
-from policies.priority import Priority
+from policies.priority import PRIORITIES, Priority
 from policies.routing import RouteStrategy
 from pool.config import ModelConfig
 from pool.work import PoolWork
@@ -260,10 +260,10 @@ class Pipeline:
             return None
         stats = list(self.load(pool))
         # The wait where the request would run: Ray's router sends it to the least-loaded replica.
-        delay = {p: least_wait_s(stats, p) for p in Priority}
+        delay = {p: least_wait_s(stats, p) for p in PRIORITIES}
         snap = AdmissionSnapshot(
             capacity=self.config.pool_capacity,
-            in_flight={p: self._in_flight.get((pool, p), 0) for p in Priority},
+            in_flight={p: self._in_flight.get((pool, p), 0) for p in PRIORITIES},
             queue_delay_s=delay)
         decision = decide_admission(snap, priority=priority, budget_s=deadline.remaining(),
                                     config=self.config.admission)

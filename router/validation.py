@@ -48,6 +48,19 @@ def cast_checked(arr: np.ndarray, want: np.dtype, field: str, wire: str) -> np.n
     return arr.astype(want)
 
 
+def _check_shape(arr: np.ndarray, shape: tuple[int, ...], field: str) -> None:
+    """A batch of ``shape`` (``-1`` = any size in that dimension), or InvalidRequest."""
+    if arr.ndim != len(shape) + 1:
+        raise InvalidRequest(
+            f"{field}: expected rank {len(shape) + 1} with shape {_fmt_shape(shape)}, "
+            f"got shape {list(arr.shape)}", field=field)
+    for want_d, got_d in zip(shape, arr.shape[1:], strict=True):
+        if want_d != -1 and want_d != got_d:
+            raise InvalidRequest(
+                f"{field}: expected shape {_fmt_shape(shape)}, got {list(arr.shape)}",
+                field=field)
+
+
 def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge."""
     expected = {t.name for t in config.inputs}
@@ -78,19 +91,7 @@ def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[
         arr = inputs[spec.name]
         field = f"inputs.{spec.name}"
         arr = cast_checked(arr, np.dtype(spec.numpy_dtype), field, spec.dtype)
-        if arr.ndim != len(spec.shape) + 1:
-            raise InvalidRequest(
-                f"{field}: expected rank {len(spec.shape) + 1} "
-                f"with shape {_fmt_shape(spec.shape)}, "
-                f"got shape {list(arr.shape)}",
-                field=field,
-            )
-        for want_d, got_d in zip(spec.shape, arr.shape[1:], strict=True):
-            if want_d != -1 and want_d != got_d:
-                raise InvalidRequest(
-                    f"{field}: expected shape {_fmt_shape(spec.shape)}, got {list(arr.shape)}",
-                    field=field,
-                )
+        _check_shape(arr, spec.shape, field)
         n = arr.shape[0]
         if n < 1:
             raise InvalidRequest(f"{field}: batch must hold at least 1 item, got 0", field=field)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -26,7 +27,9 @@ from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory
 
 __all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ChunkOutput", "ChunkRunner", "device_thread",
-           "name_outputs", "warm_up"]
+           "name_outputs", "warm_up", "warmed_loader", "with_threads"]
+
+T = TypeVar("T")
 
 INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
 INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
@@ -61,7 +64,7 @@ class ChunkRunner:
         self.device = device
         self.tiers = tiers
         self._executor = executor
-        self._threads = device.threads or torch.get_num_threads()
+        self.threads = device.threads or torch.get_num_threads()
         # Inline chunks are a CPU-only shortcut: CUDA work stays on the device thread's streams.
         self.inline_s = device.inline_ms / 1e3 if device.kind == "cpu" else 0.0
         self._streams = tiers.compute_streams  # the streams its swap-in copies order (residency)
@@ -121,16 +124,7 @@ class ChunkRunner:
                            swap_s, inline)
 
     def _inline(self, fn, *args):
-        """Call ``fn`` on this thread with the device's torch thread count (per OS thread in
-        torch), restoring the caller's afterwards."""
-        prev = torch.get_num_threads()
-        if prev != self._threads:
-            torch.set_num_threads(self._threads)
-        try:
-            return fn(*args)
-        finally:
-            if prev != self._threads:
-                torch.set_num_threads(prev)
+        return with_threads(self.threads, fn, *args)
 
     async def _retry_after_oom(self, name, module, args, dev, stream) -> tuple[object, float]:
         """CUDA out of memory: evict every idle model and run the chunk once more."""
@@ -186,6 +180,34 @@ def warm_up(module: nn.Module, config: ModelConfig) -> None:
             ]
             for _ in range(_WARM_UP_PASSES):
                 name_outputs(config, module(*args))
+
+
+def with_threads(threads: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on this thread with ``threads`` torch threads (a per-OS-thread setting in
+    torch), restoring the thread's own count afterwards."""
+    prev = torch.get_num_threads()
+    if prev != threads:
+        torch.set_num_threads(threads)
+    try:
+        return fn(*args)
+    finally:
+        if prev != threads:
+            torch.set_num_threads(prev)
+
+
+def warmed_loader(loader: Callable[[], nn.Module], config: ModelConfig, *, threads: int
+                  ) -> Callable[[], nn.Module]:
+    """``loader`` followed by the warm-up, for reloads from disk (run in the load's own thread,
+    with the device's torch thread count): a fresh TorchScript module optimises its graph on its
+    first passes (100 ms and more under load), which would otherwise run in its first chunk and
+    hold the device thread, and every model queued behind it, for that long."""
+
+    def load() -> nn.Module:
+        module = loader().eval()
+        with_threads(threads, warm_up, module, config)  # the load's thread is a pool thread
+        return module
+
+    return load
 
 
 def name_outputs(config: ModelConfig, raw) -> dict[str, torch.Tensor]:

@@ -123,6 +123,7 @@ class QueueState:
                 entry.config.batch_wait_ms / 1e3,
                 INITIAL_ROW_S if stale(entry) else entry.ewma_row_s,
                 swap_cost_s(name), entry.ewma_gap_s, loading(name),
+                entry.measured_at is not None and not stale(entry),
             ))
         return tuple(models)
 

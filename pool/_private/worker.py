@@ -8,7 +8,9 @@ update_from_output):
 2. **execute** — expired requests are answered, the chosen model is made resident (swapping
    others out through ``Residency``) and one chunk of rows runs (``pool._private.chunk``);
 3. **update** — the chunk's outputs are split back to their requests, finished ones answered,
-   and the model's cost estimate (per row, EWMA) refreshed for the next decision.
+   and the model's cost estimate (per row, EWMA) refreshed for the next decision; the device's
+   pace (``policies.estimates.Pace``: wall time from one decision to the next over the chunk's
+   estimated work) learns how far behind those estimates the device runs.
 
 Requests may be split over several chunks; each gets its own rows back. On CUDA, chunks run on a
 stream whose priority follows the request class.
@@ -24,7 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from policies.estimates import ewma, queue_delay_by_class
+from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
 from policies.priority import Priority
 from policies.scheduling import (
@@ -40,9 +42,12 @@ from pool._private.chunk import (
     ChunkRunner,
     device_thread,
     warm_up,
+    warmed_loader,
 )
 from pool._private.device_memory import DeviceMemory
+from pool._private.loads import BackgroundLoads
 from pool._private.queue import ModelQueue, Pending, QueueState, fail
+from pool._private.reporting import worker_counters, worker_status
 from pool._private.residency import Residency, SwapIn
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
@@ -90,11 +95,13 @@ class DeviceWorker:
         self._loop_task: asyncio.Task | None = None
         self._closed = False
         self._current: str | None = None
-        self._loads: dict[str, asyncio.Task] = {}  # disk -> host loads off the loop, by model
+        self.pace = Pace()  # how far behind its estimates this device runs (triage, stats)
+        self._running: frozenset[int] = frozenset()  # ids in the chunk now on the device
+        self._loads = BackgroundLoads(self.tiers, clock, self._loaded)  # disk loads off the loop
         self._slice_start = 0.0
         self._last: str | None = None
         self.preemptions = 0
-        self._preempted_by = [0, 0, 0, 0]  # preemptions by the class that took the device
+        self.preempted_by = [0, 0, 0, 0]  # preemptions by the class that took the device
         self.incarnation = uuid.uuid4().hex[:12]  # tells a restarted replica's counters apart
         self.expired = 0
         self.chunks = 0
@@ -119,7 +126,8 @@ class DeviceWorker:
         if key in self.queues.models:
             await self.remove_model(key)
         name = str(key)
-        self.tiers.register(name, loader, config.priority, packed, load_s)
+        reload = warmed_loader(loader, config, threads=self.chunk_runner.threads)
+        self.tiers.register(name, reload, config.priority, packed, load_s)
         self.queues.add(key, config)
         if self.tiers.memory.free_bytes >= packed.nbytes:
             try:
@@ -159,12 +167,21 @@ class DeviceWorker:
         fut = asyncio.get_running_loop().create_future()
         self.queues.submit(key, inputs, priority, deadline, self._clock(), fut)
         self._ensure_loop()
+        if self._running:
+            # The loop is inside a chunk: triage now rather than after it, so a request that
+            # cannot make it is refused on arrival even behind a long chunk or swap-in.
+            self._triage_now()
         self._wakeup.set()
         return await fut
 
+    def _triage_now(self) -> None:
+        expired, _ = self.policy.triage(self.snapshot())
+        self.expired += self.queues.expire(tuple(i for i in expired if i not in self._running))
+
     def routing_stats(self) -> RoutingStats:
         """Load view for the request router and spill: the same estimate the scheduler uses."""
-        models = self.snapshot().models
+        snap = self.snapshot()
+        models = snap.models
         depth = [0, 0, 0, 0]
         for m in models:
             for r in m.requests:
@@ -173,7 +190,7 @@ class DeviceWorker:
         return RoutingStats(
             device=self.device.label,
             resident=frozenset(mem.resident_keys()),
-            queue_delay_s=queue_delay_by_class(models),
+            queue_delay_s=queue_delay_by_class(models, pace=snap.pace),
             queue_depth=(depth[0], depth[1], depth[2], depth[3]),
             memory_free_bytes=mem.free_bytes,
             memory_total_bytes=mem.capacity_bytes,
@@ -185,53 +202,15 @@ class DeviceWorker:
 
     def counters(self) -> DeviceCounters:
         """Cumulative counters and current gauges (``DeviceCounters``) for metrics and alerts."""
-        stats = self.routing_stats()
-        s, mem = self.tiers.stats, self.tiers.memory
-        by = self._preempted_by
-        return DeviceCounters(
-            device=stats.device, replica=self.incarnation, swaps_in=s.swaps,
-            swaps_out=s.swap_outs, swap_bytes=s.swap_bytes, swap_seconds=s.swap_s,
-            evictions=mem.evictions, preemptions=(by[0], by[1], by[2], by[3]),
-            queue_depth=stats.queue_depth, memory_used_bytes=mem.used_bytes,
-            memory_free_bytes=mem.free_bytes, memory_total_bytes=mem.capacity_bytes,
-            host_used_bytes=self.tiers.host.used_bytes,
-            resident=tuple((k, self.tiers.nbytes(k)) for k in sorted(stats.resident)),
-            hosted=tuple(sorted(stats.hosted)))
+        return worker_counters(self)
 
     def status(self) -> dict:
         """Resident and host-tier models, queue depths, swaps, preemptions, memory."""
-        stats = self.routing_stats()
-        s = self.tiers.stats
-        mem = self.tiers.memory
-        return {
-            "device": self.device.label,
-            "replica": self.incarnation,
-            "scheduler": self.policy.name,
-            "models": sorted(self.queues.by_name),
-            "resident": sorted(stats.resident),
-            "resident_bytes": {k: self.tiers.nbytes(k) for k in sorted(stats.resident)},
-            "host_tier": sorted(stats.hosted),
-            "queue_depth": {p.label: stats.queue_depth[p] for p in Priority},
-            "queue_delay_s": {p.label: stats.queue_delay_s[p] for p in Priority},
-            "swaps": {"count": s.swaps, "bytes": s.swap_bytes, "ms": s.swap_s * 1e3,
-                      "outs": s.swap_outs, "disk_loads": s.disk_loads,
-                      "disk_load_ms": s.disk_load_s * 1e3},
-            "evictions": mem.evictions,
-            "preemptions": self.preemptions,
-            "preemptions_by": {p.label: self._preempted_by[p] for p in Priority},
-            "expired": self.expired,
-            "chunks": self.chunks,
-            "inline_chunks": self.inline_chunks,
-            "memory": {"used_bytes": mem.used_bytes, "free_bytes": mem.free_bytes,
-                       "total_bytes": mem.capacity_bytes, "reserve_bytes": mem.reserve_bytes,
-                       "host_used_bytes": self.tiers.host.used_bytes,
-                       "host_budget_bytes": self.tiers.host.budget_bytes},
-        }
+        return worker_status(self)
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._loads.values()):
-            task.cancel()
+        self._loads.cancel()
         if self._loop_task:
             self._loop_task.cancel()
             try:
@@ -253,11 +232,11 @@ class DeviceWorker:
     def snapshot(self) -> SchedulerSnapshot:
         """The queues as the scheduling policy sees them (see ``QueueState.model_views``)."""
         models = self.queues.model_views(resident=self.tiers.is_resident,
-                                         swap_cost_s=self.tiers.swap_cost_s, stale=self._stale,
+                                         swap_cost_s=self._loads.swap_cost_s, stale=self._stale,
                                          loading=self._loading)
         return SchedulerSnapshot(
             self._clock(), models, self._current, self._slice_start,
-            self.device.slice_ms / 1e3, self.device.chunk_size,
+            self.device.slice_ms / 1e3, self.device.chunk_size, self.pace.factor,
         )
 
     def schedule(self) -> ScheduleDecision:
@@ -266,12 +245,13 @@ class DeviceWorker:
 
     async def _run(self) -> None:
         while not self._closed:
+            started = self._clock()
             decision = self.schedule()
             self.expired += self.queues.expire(decision.expired)
             if decision.model is None:
                 await self._idle(decision.wait_until)
                 continue
-            inline_before = self.inline_chunks
+            inline_before, chunks_before = self.inline_chunks, self.chunks
             try:
                 await self.execute(decision)
             except Exception as e:  # noqa: BLE001 - contained: fail this chunk's requests, keep serving
@@ -279,13 +259,19 @@ class DeviceWorker:
                     fail(p, e)
             if self.inline_chunks != inline_before:
                 await asyncio.sleep(0)  # an inline chunk never yielded: let arrivals in
+            if self.chunks != chunks_before:
+                # Everything from this decision to the next, against what the decision
+                # estimated: the thread hop and loop delays the estimates leave out.
+                self.pace = self.pace.observe(wall_s=self._clock() - started,
+                                              work_s=decision.work_s)
 
     async def _idle(self, wait_until: float | None) -> None:
         self._wakeup.clear()
         timeout = None if wait_until is None else max(0.0, wait_until - self._clock())
-        try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except asyncio.TimeoutError:
+        try:  # not wait_for: on 3.11 it can swallow a cancel (the loop would outlive stop)
+            async with asyncio.timeout(timeout):
+                await self._wakeup.wait()
+        except TimeoutError:
             pass
 
     async def execute(self, d: ScheduleDecision) -> None:
@@ -296,7 +282,7 @@ class DeviceWorker:
         if self._last is not None and self._last != d.model and self.queues.has_started(
                 self._last):
             self.preemptions += 1
-            self._preempted_by[d.priority] += 1
+            self.preempted_by[d.priority] += 1
         self._last = d.model
         swap: SwapIn | None = None
         try:
@@ -304,7 +290,7 @@ class DeviceWorker:
                 # On disk (the host tier dropped it), or a swap of it already in flight: load it
                 # off the loop and serve resident models meanwhile; the policy sees it loading
                 # until then. Awaiting the load here held the whole device for a disk read.
-                self._background_load(d.model)
+                self._loads.start(d.model)
                 return
             # From the host tier: evict and reserve now, copy in the chunk's device call.
             swap = self.tiers.reserve(d.model, d.priority, self.queues.queued_classes())
@@ -326,7 +312,11 @@ class DeviceWorker:
         for p, _, _ in parts:
             if p.first_start is None:
                 p.first_start = start
-        out = await self.chunk_runner.run(d.model, entry, parts, d.priority, swap, 0.0)
+        self._running = frozenset(p.id for p, _, _ in parts)
+        try:
+            out = await self.chunk_runner.run(d.model, entry, parts, d.priority, swap, 0.0)
+        finally:
+            self._running = frozenset()
         self.update_from_output(entry, parts, out)
 
     def _loading(self, name: str) -> bool:
@@ -334,21 +324,12 @@ class DeviceWorker:
         # another caller (add_model) has in flight.
         return name in self._loads or self.tiers.loading(name)
 
-    def _background_load(self, name: str) -> None:
-        if name in self._loads:
-            return
-        self._loads[name] = asyncio.get_running_loop().create_task(self._load(name))
-
-    async def _load(self, name: str) -> None:
-        try:
-            await self.tiers.prefetch(name)
-        except Exception as e:  # noqa: BLE001 - contained: that model's requests fail, not the loop
-            entry = self.queues.entry(name)
-            for p in entry.queue if entry is not None else ():
-                fail(p, e)
-        finally:
-            self._loads.pop(name, None)  # before the wake-up: the loop must see it loaded
-            self._wakeup.set()
+    def _loaded(self, name: str, error: BaseException | None) -> None:
+        entry = self.queues.entry(name)
+        if error is not None and entry is not None:
+            for p in entry.queue:
+                fail(p, error)
+        self._wakeup.set()
 
     def update_from_output(self, entry: ModelQueue, parts: list[tuple[Pending, int, int]],
                            out: ChunkOutput) -> None:

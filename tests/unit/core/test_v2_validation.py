@@ -132,3 +132,46 @@ def test_encode_json_and_binary_round_trip():
     np.testing.assert_array_equal(np.frombuffer(payload[n:], np.float32), y.ravel())
     with pytest.raises(InvalidRequest, match="outputs.nope"):
         encode_infer_response(resp, decode_infer_request(_body(outputs=[{"name": "nope"}]), None))
+
+
+def _decode_one(datatype: str, text: str) -> np.ndarray:
+    head = '{"inputs":[{"name":"x","shape":[1],"datatype":"' + datatype + '","data":['
+    body = (head + text + "]}]}").encode()
+    return decode_infer_request(body, None).inputs["x"]
+
+
+def test_decode_reads_numbers_as_the_standard_library_does():
+    # orjson reads the common case; what it refuses (NaN literals) takes json's path
+    assert _decode_one("INT64", "9007199254740993").tolist() == [9007199254740993]  # exact
+    assert np.isnan(_decode_one("FP64", "NaN")[0])
+    # an integer beyond 64 bits reads as a float: refused for an integer tensor, named
+    with pytest.raises(InvalidRequest, match="expected dtype INT64") as e:
+        _decode_one("INT64", str(2**70))
+    assert e.value.field == "inputs.x.data"
+    assert _decode_one("FP32", str(2**70))[0] == np.float32(2.0**70)
+    with pytest.raises(InvalidRequest, match="malformed JSON") as e:
+        decode_infer_request(b'{"inputs": [', None)
+    assert e.value.field == "body"
+
+
+def test_encode_keeps_non_finite_outputs_as_json_literals():
+    y = np.array([[np.nan, np.inf]], np.float32)
+    resp = InferenceResponse(request_id="r1", model="m", version="2", outputs={"y": y},
+                             served_by="cpu:m@2", timings=Timings())
+    payload, _ = encode_infer_response(resp, decode_infer_request(_body(), None))
+    assert b"[NaN,Infinity]" in payload  # not null: clients read them back as floats
+    finite = InferenceResponse(request_id="r1", model="m", version="2",
+                               outputs={"y": np.array([[1e-5, 0.25]], np.float32)},
+                               served_by="cpu:m@2", timings=Timings())
+    payload, _ = encode_infer_response(finite, decode_infer_request(_body(), None))
+    assert json.loads(payload)["outputs"][0]["data"] == [np.float32(1e-5).item(), 0.25]
+
+
+def test_encode_takes_numpy_scalars_in_labels():
+    resp = InferenceResponse.model_construct(  # as the pipeline builds it: no validation
+        request_id="r1", model="m", version="2", outputs={"y": np.array([[1.0, 2.0]], np.float32)},
+        served_by="cpu:m@2", degraded=False, reason=None, cache="semantic",
+        similarity=np.float64(0.93), timings=Timings(), route=None, quota=None,
+        caller="anonymous", caller_verified=False)
+    payload, _ = encode_infer_response(resp, decode_infer_request(_body(), None))
+    assert json.loads(payload)["parameters"]["similarity"] == 0.93

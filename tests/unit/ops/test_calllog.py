@@ -87,6 +87,16 @@ async def test_close_flushes_everything_to_jsonl(tmp_path: Path) -> None:
     assert CallRecord.from_dict(json.loads(lines[17])) == rec(17)
 
 
+async def test_jsonl_lines_are_utf8_json_of_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    sink = JsonlSink(path)
+    await sink.write([rec(1, caller="café-東京"), rec(2)])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert [CallRecord.from_dict(json.loads(x)) for x in lines] == [rec(1, caller="café-東京"),
+                                                                   rec(2)]
+    assert list(json.loads(lines[1])) == list(rec(2).to_dict())  # the fields, in order
+
+
 async def test_jsonl_rotation_by_size_keeps_every_record(tmp_path: Path) -> None:
     path = tmp_path / "calls.jsonl"
     sink = JsonlSink(path, max_bytes=4000, backups=50)

@@ -156,6 +156,18 @@ def test_chunks_are_sized_in_milliseconds_of_measured_work_capped_by_chunk_size(
     assert timed.decide(snap(unknown, chunk=64)).chunk_rows == 64  # no estimate yet: row cap
 
 
+def test_a_decision_carries_its_chunks_estimated_work_only_when_that_is_measured():
+    timed = PrioritySchedulingPolicy(chunk_ms=2.0)
+    hot = model("a", req(1, I, rows=64), max_batch=64, row_cost=0.0001)
+    d = timed.decide(snap(hot, chunk=1024))
+    assert d.model == "a" and d.work_s == pytest.approx(20 * 0.0001)
+    guess = ModelView("a", True, (req(1, I, rows=64),), 64, row_cost_s=0.0001, measured=False)
+    cold = model("a", req(1, I, rows=64), max_batch=64, row_cost=0.0001, resident=False)
+    for m in (guess, cold):  # a guessed cost, or a swap-in inside the chunk: nothing to learn
+        d = timed.decide(snap(m, chunk=1024))
+        assert d.model == "a" and d.work_s == 0.0
+
+
 def test_chunk_budget_per_class_and_realtime_whole_by_default():
     per_class = PrioritySchedulingPolicy(chunk_ms={I: 1.0, G: 4.0})
 
@@ -219,6 +231,7 @@ def test_batching_wait_only_when_another_arrival_is_expected():
 
 
 def loading(key, *reqs, row_cost=0.001):
+    """A model with 0.2 s of its disk load left."""
     return ModelView(key, False, tuple(reqs), 32, 0.0, row_cost, 0.2, loading=True)
 
 
@@ -238,8 +251,14 @@ def test_a_model_loading_from_disk_does_not_hold_the_device_for_the_others():
     assert policy.decide(snap(cold, tight)).model == "hot"
 
 
-def test_a_loading_models_requests_expire_at_their_deadline_and_wake_the_worker():
-    d = policy.decide(snap(loading("cold", req(1, deadline=NOW + 0.2), req(2, deadline=NOW))))
-    assert d.model is None and d.expired == (2,) and d.wait_until == NOW + 0.2
+def test_a_loading_models_requests_expire_once_the_rest_of_the_load_would_miss():
+    cold = loading("cold", req(1, deadline=NOW + 0.3), req(2, deadline=NOW + 0.2),
+                   req(3, deadline=NOW))
+    d = policy.decide(snap(cold))
+    # 0.2 s of load plus 1 ms of its own work: request 2 is refused now, not at its deadline;
+    # request 1 waits, and the worker wakes at its deadline in case the load overruns
+    assert d.model is None and d.expired == (2, 3) and d.wait_until == NOW + 0.3
+    behind = policy.decide(SchedulerSnapshot(NOW, (cold,), pace=2.0))
+    assert behind.expired == (1, 2, 3)  # at twice the estimates, 0.4 s: even request 1 misses
     no_deadline = policy.decide(snap(loading("cold", req(3))))
     assert no_deadline.model is None and no_deadline.wait_until is None

@@ -246,3 +246,36 @@ async def test_a_request_waiting_on_a_disk_load_expires_at_its_deadline(make_wor
     with pytest.raises(RequestExpired):
         await w.infer(key(0), {"x": torch.randn(1, 16)}, deadline=w._clock() + 0.2)
     assert loop.time() - t0 < 0.45  # refused at its deadline, not after the load
+
+
+class ThreadRecorder(nn.Module):
+    """A real MLP that records the thread of each forward pass (``log`` shared by its loads)."""
+
+    def __init__(self, seed, log):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.net = nn.Sequential(nn.Linear(16, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 4))
+        self.log = log
+
+    def forward(self, x):
+        import threading
+
+        self.log.append(threading.current_thread().name)
+        return self.net(x)
+
+
+async def test_a_model_reloaded_from_disk_is_warmed_in_its_load_not_in_its_first_chunk(
+        make_worker):
+    # A fresh TorchScript module optimises its graph on its first passes: run in the first
+    # chunk, that held the device thread (and every model queued behind it) for 100+ ms.
+    w = make_worker(models_fit=1, host_budget=1 * 6 * 1024)
+    log: list[str] = []
+    await w.add_model(key(0), config("m0"), lambda: ThreadRecorder(0, log).eval())
+    await w.add_model(key(1), config("m1"), Loader(1))  # m0's host copy dropped
+    await w.infer(key(1), {"x": torch.randn(2, 16)})  # m0 evicted: on disk only
+    log.clear()
+    await w.infer(key(0), {"x": torch.randn(2, 16)})  # reloaded from disk, then run
+    assert w.status()["swaps"]["disk_loads"] == 1
+    warm, first_chunk = log[:-1], log[-1]
+    assert len(warm) >= 2 and not any(t.startswith("timeshare-") for t in warm)
+    assert first_chunk.startswith("timeshare-")  # the request's own pass, on the device thread

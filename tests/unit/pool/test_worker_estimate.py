@@ -7,6 +7,7 @@ every later request with a shorter budget be refused, forever: the model never r
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from policies.estimates import Pace
 from pool import ModelKey
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
@@ -93,3 +95,39 @@ async def test_slow_model_is_remeasured_at_most_once_per_ttl(worker_and_model):
         await _call(worker, clock, 0.02)
         assert worker.chunks == chunks + 1
     assert worker.expired == 6
+
+
+async def test_work_that_cannot_make_it_is_refused_on_arrival_while_a_chunk_runs(
+        worker_and_model):
+    worker, model, clock = worker_and_model
+    await _call(worker, clock, 10.0)  # measured at normal speed
+    model.hang.set()
+    running = asyncio.create_task(_call(worker, clock, 10.0))  # a 0.3 s chunk on the device
+    while not worker._running:
+        await asyncio.sleep(0.001)
+    clock.advance(20.0)  # the running request's own deadline passes during its chunk
+    with pytest.raises(RequestExpired):
+        await _call(worker, clock, 1e-6)  # cannot make it: refused now, not after the chunk
+    assert not running.done()  # the long chunk is still on the device
+    out = await running  # and the request in it is answered, not refused mid-run
+    assert out.outputs["y"].shape == (1, 2)
+    assert worker.expired == 1
+
+
+async def test_the_published_wait_and_the_snapshot_carry_the_devices_pace(worker_and_model):
+    worker, model, clock = worker_and_model
+    await _call(worker, clock, 10.0)
+    model.hang.set()
+    running = asyncio.create_task(_call(worker, clock, 10.0))
+    while not worker._running:
+        await asyncio.sleep(0.001)
+    queued = asyncio.create_task(_call(worker, clock, 10.0))
+    await asyncio.sleep(0)
+    on_estimate = worker.routing_stats().queue_delay_s
+    worker.pace = Pace(wall_s=0.03, work_s=0.01)  # learned: 3x behind its estimates
+    assert worker.snapshot().pace == pytest.approx(3.0)
+    assert on_estimate[1] > 0
+    assert worker.routing_stats().queue_delay_s == pytest.approx(
+        tuple(3.0 * d for d in on_estimate))
+    model.hang.clear()
+    await asyncio.gather(running, queued)

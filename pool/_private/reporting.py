@@ -1,0 +1,61 @@
+"""A device worker's counters and status, read from its state (kept out of the loop's module)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from policies.priority import PRIORITIES
+from pool.types import DeviceCounters
+
+if TYPE_CHECKING:
+    from pool._private.worker import DeviceWorker
+
+__all__ = ["worker_counters", "worker_status"]
+
+
+def worker_counters(w: DeviceWorker) -> DeviceCounters:
+    """Cumulative counters and current gauges (``DeviceCounters``) for metrics and alerts."""
+    stats = w.routing_stats()
+    s, mem = w.tiers.stats, w.tiers.memory
+    by = w.preempted_by
+    return DeviceCounters(
+        device=stats.device, replica=w.incarnation, swaps_in=s.swaps,
+        swaps_out=s.swap_outs, swap_bytes=s.swap_bytes, swap_seconds=s.swap_s,
+        evictions=mem.evictions, preemptions=(by[0], by[1], by[2], by[3]),
+        queue_depth=stats.queue_depth, memory_used_bytes=mem.used_bytes,
+        memory_free_bytes=mem.free_bytes, memory_total_bytes=mem.capacity_bytes,
+        host_used_bytes=w.tiers.host.used_bytes,
+        resident=tuple((k, w.tiers.nbytes(k)) for k in sorted(stats.resident)),
+        hosted=tuple(sorted(stats.hosted)))
+
+
+def worker_status(w: DeviceWorker) -> dict[str, Any]:
+    """Resident and host-tier models, queue depths, swaps, preemptions, memory."""
+    stats = w.routing_stats()
+    s = w.tiers.stats
+    mem = w.tiers.memory
+    return {
+        "device": w.device.label,
+        "replica": w.incarnation,
+        "scheduler": w.policy.name,
+        "pace": w.pace.factor,
+        "models": sorted(w.queues.by_name),
+        "resident": sorted(stats.resident),
+        "resident_bytes": {k: w.tiers.nbytes(k) for k in sorted(stats.resident)},
+        "host_tier": sorted(stats.hosted),
+        "queue_depth": {p.label: stats.queue_depth[p] for p in PRIORITIES},
+        "queue_delay_s": {p.label: stats.queue_delay_s[p] for p in PRIORITIES},
+        "swaps": {"count": s.swaps, "bytes": s.swap_bytes, "ms": s.swap_s * 1e3,
+                  "outs": s.swap_outs, "disk_loads": s.disk_loads,
+                  "disk_load_ms": s.disk_load_s * 1e3},
+        "evictions": mem.evictions,
+        "preemptions": w.preemptions,
+        "preemptions_by": {p.label: w.preempted_by[p] for p in PRIORITIES},
+        "expired": w.expired,
+        "chunks": w.chunks,
+        "inline_chunks": w.inline_chunks,
+        "memory": {"used_bytes": mem.used_bytes, "free_bytes": mem.free_bytes,
+                   "total_bytes": mem.capacity_bytes, "reserve_bytes": mem.reserve_bytes,
+                   "host_used_bytes": w.tiers.host.used_bytes,
+                   "host_budget_bytes": w.tiers.host.budget_bytes},
+    }
