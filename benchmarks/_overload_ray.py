@@ -77,7 +77,7 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
         if direct:
-            from benchmarks.http_throughput import replica_port
+            from benchmarks._serve_net import replica_port
 
             port = replica_port("timeshare")
         _wait_ready(f"http://127.0.0.1:{port}")

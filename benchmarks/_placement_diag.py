@@ -11,6 +11,9 @@ replica ran it. A request that missed its deadline is put in one cause, first ma
   model's disk reload or copy, which this request paid or waited on inside its chunk);
 - ``queued``: answered late, most of its time queued on the replica (behind other models' work
   and swaps);
+- ``slow_chunk``: answered late, most of its time in its own chunk (the pool's compute time is
+  the chunk's wall time: the forward pass, plus the wait for the device thread when that was
+  busy, e.g. with a freshly loaded TorchScript model optimising its graph);
 - ``outside_pool``: answered late with most of its time outside the pool's accounting (routing,
   the handle's transport, the event loop of a busy 2-core machine).
 """
@@ -48,6 +51,8 @@ def _cause(r: Row) -> str:
         return "own_swap"
     if r.queue_ms >= ms / 2:
         return "queued"
+    if r.compute_ms >= ms / 2:
+        return "slow_chunk"
     return "outside_pool"
 
 
@@ -59,6 +64,9 @@ def _phase(rows: list[Row], deadline_s: float, hot: str) -> dict:
     late = [r for r in rows if r.outcome != "ok" or r.latency_s > deadline_s]
     answered = [r for r in rows if r.outcome == "ok"]
     refused = [r.latency_s for r in rows if r.outcome != "ok"]
+    late_ok = [r for r in answered if r.latency_s > deadline_s]
+    inside = [(r.queue_ms + r.swap_ms + r.compute_ms) / 1e3 for r in late_ok]
+    outside = [r.latency_s - i for r, i in zip(late_ok, inside, strict=True)]
     tail = sorted(rows, key=lambda r: r.latency_s)[-max(1, len(rows) // 100):] if rows else []
     return {
         "requests": len(rows), "p99_ms": _p([r.latency_s for r in rows], 99),
@@ -73,6 +81,10 @@ def _phase(rows: list[Row], deadline_s: float, hot: str) -> dict:
         "answered_swap_ms_p99": _p([r.swap_ms / 1e3 for r in answered], 99),
         "answered_queue_ms_p99": _p([r.queue_ms / 1e3 for r in answered], 99),
         "answered_with_swap": sum(1 for r in answered if r.swap_ms > 0),
+        # Of the answers that came late: time outside the pool's own accounting (latency less
+        # queued, swap and compute), and time inside it, ms p50 / p99.
+        "late_answers_outside_ms_p50_p99": [_p(outside, 50), _p(outside, 99)],
+        "late_answers_inside_ms_p50_p99": [_p(inside, 50), _p(inside, 99)],
     }
 
 

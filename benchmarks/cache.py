@@ -15,120 +15,24 @@ import argparse
 import asyncio
 import os
 import platform
-import shutil
-import socket
-import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import numpy as np
 import torch
 
+from benchmarks._cache_kit import compute_for, expect, mlp, pct, redis_server, timed
 from benchmarks._output import emit
 from pool.config import CacheConfig
-from router.cache import CachedAnswer, CacheSettings, ResultCache
+from router.cache import CacheSettings, ResultCache
 from router.schemas import CacheControl
 
 EXACT = CacheConfig(mode="exact", ttl_s=600)
 SEMANTIC = CacheConfig(mode="semantic", ttl_s=600)
 CONTROL = CacheControl()
-
-
-def _mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Linear(64, 256),
-        torch.nn.ReLU(),
-        torch.nn.Linear(256, 256),
-        torch.nn.ReLU(),
-        torch.nn.Linear(256, 10),
-    )
-    return net.eval()
-
-
-def _compute_for(net: torch.nn.Module, x: np.ndarray) -> Callable[[], Awaitable[Any]]:
-    async def compute() -> tuple[CachedAnswer, bool]:
-        with torch.inference_mode():
-            logits = net(torch.from_numpy(x)).numpy()
-        return CachedAnswer(outputs={"logits": logits}, served_by="cpu:mlp@1", version="1"), True
-
-    return compute
-
-
-def _pct(samples_s: list[float]) -> dict[str, float]:
-    ms = np.asarray(samples_s) * 1e3
-    return {
-        "p50_ms": round(float(np.percentile(ms, 50)), 4),
-        "p99_ms": round(float(np.percentile(ms, 99)), 4),
-        "n": len(samples_s),
-    }
-
-
-async def _timed(
-    fn: Callable[[], Awaitable[Any]],
-    n: int,
-    before: Callable[[], None] | None = None,
-    check: Callable[[Any], None] | None = None,
-) -> list[float]:
-    out = []
-    for _ in range(n):
-        if before:
-            before()
-        t0 = time.perf_counter()
-        result = await fn()
-        out.append(time.perf_counter() - t0)
-        if check:
-            check(result)
-    return out
-
-
-def _expect(tier: str) -> Callable[[Any], None]:
-    def check(result: Any) -> None:
-        if result[1].tier != tier:
-            raise RuntimeError(f"expected a {tier} hit, got {result[1]}")
-
-    return check
-
-
-# -- Redis ---------------------------------------------------------------------------------------
-
-
-def _answers(url: str) -> bool:
-    from urllib.parse import urlparse
-
-    p = urlparse(url)
-    try:
-        with socket.create_connection((p.hostname or "127.0.0.1", p.port or 6379), 0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-def _redis(url: str) -> tuple[str | None, subprocess.Popen[bytes] | None, str]:
-    if _answers(url):
-        return url, None, "existing server"
-    binary = shutil.which("redis-server")
-    if binary is None:
-        return None, None, f"no Redis at {url} and no redis-server binary"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(500):
-        if _answers(url):
-            return url, proc, "started redis-server"
-        time.sleep(0.01)
-    proc.kill()
-    return None, None, "redis-server did not start"
 
 
 # -- measurements --------------------------------------------------------------------------------
@@ -137,9 +41,9 @@ def _redis(url: str) -> tuple[str | None, subprocess.Popen[bytes] | None, str]:
 async def _latencies(net, redis_url: str | None, n: int, semantic: bool, sem_n: int) -> dict:
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
     res: dict[str, Any] = {}
-    compute = _compute_for(net, x)
-    await _timed(compute, 200)  # warm up
-    res["model_call"] = _pct(await _timed(compute, n))
+    compute = compute_for(net, x)
+    await timed(compute, 200)  # warm up
+    res["model_call"] = pct(await timed(compute, n))
 
     prefix = f"ts:bench:{uuid.uuid4().hex[:8]}:"
     cache = ResultCache(CacheSettings(redis_url=redis_url, key_prefix=prefix))
@@ -157,12 +61,12 @@ async def _latencies(net, redis_url: str | None, n: int, semantic: bool, sem_n: 
             )
 
         await call()
-        await _timed(call, 200)
-        res["memory_hit"] = _pct(await _timed(call, n, check=_expect("memory")))
+        await timed(call, 200)
+        res["memory_hit"] = pct(await timed(call, n, check=expect("memory")))
         if redis_url:
-            await _timed(call, 200, before=cache.clear_memory)
-            res["redis_hit"] = _pct(
-                await _timed(call, n, before=cache.clear_memory, check=_expect("redis"))
+            await timed(call, 200, before=cache.clear_memory)
+            res["redis_hit"] = pct(
+                await timed(call, n, before=cache.clear_memory, check=expect("redis"))
             )
     finally:
         await cache.close()
@@ -182,7 +86,7 @@ async def _semantic_latency(net, x, n: int) -> dict:
         def ask(xi: np.ndarray, text: str) -> Awaitable[Any]:
             return cache.get_or_compute(
                 model="mlp", version="1", inputs={"x": xi}, text=text, policy=SEMANTIC,
-                control=CONTROL, compute=_compute_for(net, xi),
+                control=CONTROL, compute=compute_for(net, xi),
             )  # fmt: skip
 
         try:
@@ -194,8 +98,8 @@ async def _semantic_latency(net, x, n: int) -> dict:
                 # new token ids each time (exact tiers miss), paraphrased text (semantic hits)
                 return ask(x + np.float32(next(counter) + 1), "How can I reset my password?")
 
-            await _timed(call, 5)
-            return _pct(await _timed(call, n, check=_expect("semantic")))
+            await timed(call, 5)
+            return pct(await timed(call, n, check=expect("semantic")))
         finally:
             await cache.close()
 
@@ -226,7 +130,7 @@ async def _semantic_costs(net, n: int) -> dict:
                 xi = np.full((1, 64), i, dtype=np.float32)
                 await cache.get_or_compute(
                     model="mlp", version="1", inputs={"x": xi}, text=text, policy=SEMANTIC,
-                    control=CacheControl(skip_read=True), compute=_compute_for(net, xi))
+                    control=CacheControl(skip_read=True), compute=compute_for(net, xi))
             await cache.drain()
             shared.embed(["How can I reset my password?"])  # the router's embedding, reused
             counter = iter(range(10**9))
@@ -236,14 +140,14 @@ async def _semantic_costs(net, n: int) -> dict:
                 return cache.get_or_compute(
                     model="mlp", version="1", inputs={"x": xi},
                     text="How can I reset my password?", policy=SEMANTIC, control=CONTROL,
-                    compute=_compute_for(net, xi))
+                    compute=compute_for(net, xi))
 
-            await _timed(call, 5)
-            lookup = _pct(await _timed(call, n, check=_expect("semantic")))
+            await timed(call, 5)
+            lookup = pct(await timed(call, n, check=expect("semantic")))
             near = await score_near_misses(cache, pairs, model="near-miss")
         finally:
             await cache.close()
-    return {"embedding_one_sentence": _pct(emb_s), "lookup_given_embedding": lookup,
+    return {"embedding_one_sentence": pct(emb_s), "lookup_given_embedding": lookup,
             "store_entries": len(fillers) + 1, "near_miss_set": near.as_dict(),
             "threshold": CacheSettings().semantic_threshold}
 
@@ -269,7 +173,7 @@ async def _zipf(
         return requests / (time.perf_counter() - t0)
 
     async def no_cache(x):
-        await _compute_for(net, x)()
+        await compute_for(net, x)()
 
     out: dict[str, Any] = {
         "requests": requests,
@@ -294,7 +198,7 @@ async def _zipf(
                     text=None,
                     policy=EXACT,
                     control=CONTROL,
-                    compute=_compute_for(net, x),
+                    compute=compute_for(net, x),
                 )
 
             rps = await run(cached)
@@ -366,7 +270,7 @@ async def _pipeline_latencies(net, redis_url: str | None, n: int) -> dict:
                     want = "off" if tier == "model_call" else tier
                     if r.cache != want:
                         raise RuntimeError(f"pipeline {tier}: expected cache={want}, got {r.cache}")
-                return _pct(times)
+                return pct(times)
 
             out["model_call"] = await sample("model_call")
             out["memory_hit"] = await sample("memory")
@@ -400,8 +304,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.n, args.semantic_n, args.requests, args.distinct = 200, 20, 2000, 200
     torch.set_num_threads(args.torch_threads)
-    net = _mlp()
-    url, proc, how = _redis(args.redis_url)
+    net = mlp()
+    url, proc, how = redis_server(args.redis_url)
     try:
         lat = asyncio.run(_latencies(net, url, args.n, not args.no_semantic, args.semantic_n))
         pipe = asyncio.run(_pipeline_latencies(net, url, min(args.n, 1000)))

@@ -23,8 +23,10 @@ measured window answered.
 
 Targets (``meets_targets`` when all hold): HTTP p50 at concurrency 1 at most stock's + 1 ms;
 throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x stock's; knee at
-least stock's. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve environment settings (e.g.
-``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``) before Ray starts, for both apps alike.
+least stock's. Defaults are what ``make serve`` runs: Ray Serve's settings from
+``deploy.ray_env`` (throughput-optimized mode) for both apps alike, ``--ingress listener`` and a
+rate sweep from 250 to 4000 req/s. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve
+environment settings before Ray starts (``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` for Ray's defaults).
 ``--ingress direct`` turns on Ray Serve's direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``,
 also implied by throughput-optimized mode) and sends the HTTP arms to each app's ingress replica
 on its own port (read from the controller's target groups) instead of through Serve's proxy: the
@@ -43,7 +45,6 @@ import multiprocessing as mp
 import os
 import platform
 import shutil
-import socket
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -55,16 +56,12 @@ import torch
 
 from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._serve_net import free_port, replica_port
 from benchmarks._stock import serve_stock, stock_app
+from deploy.ray_env import SERVE_ENV
 
 P99_LIMIT_MS = 100.0
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _repository(root: Path, model: str) -> tuple[Path, Path, dict]:
@@ -210,23 +207,6 @@ def _handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
     return asyncio.run(all_runs())
 
 
-def replica_port(app: str, timeout_s: float = 60.0) -> int:
-    """The HTTP port of ``app``'s ingress replica under direct ingress (one replica here)."""
-    import ray
-    from ray.serve.context import _get_global_client
-
-    client = _get_global_client()
-    assert client is not None, "Serve is not running"
-    controller = client._controller
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for group in ray.get(controller.get_target_groups.remote(app)):
-            if group.protocol == "HTTP" and group.targets and group.app_name == app:
-                return int(group.targets[0].port)
-        time.sleep(0.5)
-    raise TimeoutError(f"{app}: no direct-ingress HTTP target within {timeout_s:.0f}s")
-
-
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
                        threads: int, client, side: dict[str, int]) -> dict[str, Any]:
     import ray
@@ -234,12 +214,12 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
 
     from router.app import build_app
 
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         ts_args: dict[str, Any] = {"repository": str(repo), "environment": "test"}
-        listener_port = _free_port()
+        listener_port = free_port()
         if args.ingress == "listener":
             ts_args["listener"] = {"port": listener_port}
         serve.run(build_app(ts_args), name="timeshare", route_prefix="/")
@@ -284,6 +264,11 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
             "ray": ray.__version__}
 
 
+def _ray_env(args: argparse.Namespace) -> list[str]:
+    """``make serve``'s Ray Serve settings, then ``--ray-env``'s (later ones win)."""
+    return [f"{k}={v}" for k, v in SERVE_ENV.items()] + list(args.ray_env)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from pool.service import cpu_threads_per_replica
 
@@ -293,13 +278,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     x = np.random.default_rng(0).standard_normal([1, *shape]).astype(np.float32)
     threads = cpu_threads_per_replica(1)
     forward = _forward_stats(path, threads, x)
-    for kv in args.ray_env:
+    for kv in _ray_env(args):
         k, _, v = kv.partition("=")
         os.environ[k] = v
     if args.ingress in ("direct", "listener"):
         os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
     ctx = mp.get_context("spawn")
-    side = {"null": _free_port(), "stock_uvicorn": _free_port()}
+    side = {"null": free_port(), "stock_uvicorn": free_port()}
     ready, stock_ready = ctx.Event(), ctx.Event()
     null_proc = ctx.Process(target=null_server, args=(side["null"], ready), daemon=True)
     uv_proc = ctx.Process(target=serve_stock, daemon=True, args=(
@@ -326,7 +311,7 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
     return {
         "benchmark": "http_throughput",
         "model": args.model,
-        "ray_env": list(args.ray_env),
+        "ray_env": _ray_env(args),
         "ingress": args.ingress,
         "forward_in_process": forward,
         "http": http,
@@ -386,9 +371,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--closed-s", type=float, default=5.0, help="seconds per closed-loop run")
     p.add_argument("--open-s", type=float, default=4.0, help="seconds per open-loop rate")
     p.add_argument("--handle-s", type=float, default=3.0, help="seconds per handle run")
-    p.add_argument("--rates", type=float, nargs="+", default=[25, 50, 75, 100, 125, 150, 200, 250])
-    p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--ingress", choices=("proxy", "direct", "listener"), default="proxy",
+    p.add_argument("--rates", type=float, nargs="+",
+                   default=[250, 500, 1000, 1500, 2000, 3000, 4000])
+    p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="on top of deploy.ray_env's settings (make serve's)")
+    p.add_argument("--ingress", choices=("proxy", "direct", "listener"), default="listener",
                    help="HTTP through Serve's proxy, or straight to each app's replica port; "
                         "listener: Timeshare's arms to its own listener (router.listener), "
                         "stock's to its direct-ingress port")

@@ -32,7 +32,8 @@ import numpy as np
 
 from benchmarks._http_client import LoadSpec, run_load
 from benchmarks._output import emit, stdout_to_stderr
-from benchmarks.http_throughput import _body, _free_port, _repository
+from benchmarks._serve_net import free_port
+from benchmarks.http_throughput import _body, _repository
 
 # Substrings of "function (file)" frames that mark a stage of the request path.
 MARKERS = {
@@ -112,13 +113,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         k, _, v = kv.partition("=")
         os.environ[k] = v
     client = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         app_args: dict[str, Any] = {"repository": str(repo), "environment": "test"}
         if args.listener:  # Timeshare's own listener (router.listener) instead of Serve's port
-            app_args["listener"] = {"port": (port := _free_port())}
+            app_args["listener"] = {"port": (port := free_port())}
         serve.run(build_app(app_args), name="timeshare", route_prefix="/")
         spec = LoadSpec("127.0.0.1", port, f"/v2/models/{args.model}/infer",
                         _body(in_name, x, bypass=not args.hit), duration_s=3.0,

@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import platform
 import random
 import shutil
 import socket
@@ -70,8 +68,8 @@ import torch
 import yaml
 
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._overhead_report import measure_rounds, overhead_report
 
-TARGET_MS = 3.0
 APP = "timeshare"
 COLO_APP = "timeshare-pool-deployment"
 BARE_APP = "bare"
@@ -150,16 +148,6 @@ def _chain_app(model_path: str, threads: int):
     return BareFront.bind(inner.bind(model_path, threads))  # type: ignore[attr-defined]
 
 
-def _stats(samples_s: list[float]) -> dict[str, float]:
-    ms = np.asarray(samples_s) * 1e3
-    return {
-        "p50_ms": round(float(np.percentile(ms, 50)), 4),
-        "p99_ms": round(float(np.percentile(ms, 99)), 4),
-        "mean_ms": round(float(ms.mean()), 4),
-        "n": int(ms.size),
-    }
-
-
 def _wait_ready(client, timeout_s: float = 120.0) -> None:
     import httpx
 
@@ -177,14 +165,98 @@ def _wait_ready(client, timeout_s: float = 120.0) -> None:
     raise TimeoutError(f"timeshare app not ready within {timeout_s:.0f}s ({last})")
 
 
+def _arm_calls(apps: dict[str, Any], http, direct_model, in_name: str, out_name: str,
+               model: str, nowait: str, last: dict[str, Any]
+               ) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """One call per arm (see the module's docstring); the handle arms leave the response's
+    timings in ``last[model]``."""
+    from router.schemas import CacheControl, InferenceRequest
+
+    handle, colo, bare, chain = apps[APP], apps[COLO_APP], apps[BARE_APP], apps[CHAIN_APP]
+    no_cache = CacheControl(skip_read=True, skip_write=True)
+
+    def direct(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return direct_model(torch.from_numpy(x)).numpy()
+
+    def via_bare(x: np.ndarray) -> np.ndarray:
+        return bare.remote(x).result()
+
+    def via_chain(x: np.ndarray) -> np.ndarray:
+        return chain.remote(x).result()
+
+    def via_handle(model: str, app=handle) -> Callable[[np.ndarray], np.ndarray]:
+        def call(x: np.ndarray) -> np.ndarray:
+            resp = app.infer.remote(
+                InferenceRequest(model=model, inputs={in_name: x}, cache=no_cache)
+            ).result()
+            last[model] = resp.timings
+            return np.asarray(resp.outputs[out_name])
+
+        return call
+
+    def via_http(model: str) -> Callable[[np.ndarray], np.ndarray]:
+        url = f"/v2/models/{model}/infer"
+
+        def call(x: np.ndarray) -> np.ndarray:
+            body = {
+                "inputs": [
+                    {
+                        "name": in_name,
+                        "shape": list(x.shape),
+                        "datatype": "FP32",
+                        "data": x.ravel().tolist(),
+                    }
+                ],
+                "parameters": {"cache_skip_read": True, "cache_skip_write": True},
+            }
+            r = http.post(url, json=body)
+            r.raise_for_status()
+            out = r.json()["outputs"][0]
+            return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+        return call
+
+    return {
+        "direct": direct,
+        "bare": via_bare,
+        "bare_chain": via_chain,
+        "handle": via_handle(model),
+        "handle_nowait": via_handle(nowait),
+        "handle_pool_deployment": via_handle(model, colo),
+        "http": via_http(model),
+        "http_nowait": via_http(nowait),
+    }
+
+
+def _start_apps(repo: Path, path: Path, threads: int, port: int) -> None:
+    """Timeshare (CPU pool in the ingress, and as its own deployment), the bare deployment and
+    the bare two-hop chain, on one Serve instance."""
+    from ray import serve
+
+    from router.app import build_app
+
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(
+        build_app({"repository": str(repo), "environment": "test"}), name=APP, route_prefix="/"
+    )
+    # The same app with the CPU pool as its own deployment (cpu_pool.placement=deployment,
+    # the default when GPUs exist): two Serve hops instead of one for CPU-served models.
+    serve.run(
+        build_app({"repository": str(repo), "environment": "test",
+                   "cpu_pool": {"placement": "deployment"}}),
+        name=COLO_APP, route_prefix=None,
+    )
+    serve.run(_bare_deployment().bind(str(path), threads), name=BARE_APP, route_prefix=None)
+    serve.run(_chain_app(str(path), threads), name=CHAIN_APP, route_prefix=None)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import httpx
     import ray
     from ray import serve
 
     from pool.service import cpu_threads_per_replica
-    from router.app import build_app
-    from router.schemas import CacheControl, InferenceRequest
 
     rng = np.random.default_rng(args.seed)
     random.seed(args.seed)
@@ -204,84 +276,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     direct_model = torch.jit.load(str(path), map_location="cpu").eval()
 
     port = _free_port()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    # Logical CPUs: each Serve replica holds one, and the four apps' replicas need more than
+    # four (at 4 the second app never started). The machine's real cores are shared as before.
+    ray.init(num_cpus=8, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
         t0 = time.perf_counter()
-        serve.run(
-            build_app({"repository": str(repo), "environment": "test"}), name=APP, route_prefix="/"
-        )
-        # The same app with the CPU pool as its own deployment (cpu_pool.placement=deployment,
-        # the default when GPUs exist): two Serve hops instead of one for CPU-served models.
-        serve.run(
-            build_app({"repository": str(repo), "environment": "test",
-                       "cpu_pool": {"placement": "deployment"}}),
-            name=COLO_APP, route_prefix=None,
-        )
-        serve.run(_bare_deployment().bind(str(path), threads), name=BARE_APP, route_prefix=None)
-        serve.run(_chain_app(str(path), threads), name=CHAIN_APP, route_prefix=None)
+        _start_apps(repo, path, threads, port)
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0)
         _wait_ready(http)
         startup_s = time.perf_counter() - t0
-        handle = serve.get_app_handle(APP)
-        colo = serve.get_app_handle(COLO_APP)
-        bare = serve.get_app_handle(BARE_APP)
-        chain = serve.get_app_handle(CHAIN_APP)
-        no_cache = CacheControl(skip_read=True, skip_write=True)
         last: dict[str, Any] = {}
-
-        def direct(x: np.ndarray) -> np.ndarray:
-            with torch.inference_mode():
-                return direct_model(torch.from_numpy(x)).numpy()
-
-        def via_bare(x: np.ndarray) -> np.ndarray:
-            return bare.remote(x).result()
-
-        def via_chain(x: np.ndarray) -> np.ndarray:
-            return chain.remote(x).result()
-
-        def via_handle(model: str, app=handle) -> Callable[[np.ndarray], np.ndarray]:
-            def call(x: np.ndarray) -> np.ndarray:
-                resp = app.infer.remote(
-                    InferenceRequest(model=model, inputs={in_name: x}, cache=no_cache)
-                ).result()
-                last[model] = resp.timings
-                return np.asarray(resp.outputs[out_name])
-
-            return call
-
-        def via_http(model: str) -> Callable[[np.ndarray], np.ndarray]:
-            url = f"/v2/models/{model}/infer"
-
-            def call(x: np.ndarray) -> np.ndarray:
-                body = {
-                    "inputs": [
-                        {
-                            "name": in_name,
-                            "shape": list(x.shape),
-                            "datatype": "FP32",
-                            "data": x.ravel().tolist(),
-                        }
-                    ],
-                    "parameters": {"cache_skip_read": True, "cache_skip_write": True},
-                }
-                r = http.post(url, json=body)
-                r.raise_for_status()
-                out = r.json()["outputs"][0]
-                return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
-
-            return call
-
-        arms: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-            "direct": direct,
-            "bare": via_bare,
-            "bare_chain": via_chain,
-            "handle": via_handle(args.model),
-            "handle_nowait": via_handle(nowait),
-            "handle_pool_deployment": via_handle(args.model, colo),
-            "http": via_http(args.model),
-            "http_nowait": via_http(nowait),
-        }
+        apps = {a: serve.get_app_handle(a) for a in (APP, COLO_APP, BARE_APP, CHAIN_APP)}
+        arms = _arm_calls(apps, http, direct_model, in_name, out_name, args.model, nowait, last)
+        direct = arms["direct"]
         samples: dict[str, list[float]] = {k: [] for k in arms}
         timings: dict[str, list[tuple[float, float, float, float]]] = {
             "handle": [],
@@ -304,18 +311,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         def row() -> np.ndarray:
             return rng.standard_normal([1, *in_shape]).astype(np.float32)
 
-        for arm in arms:  # warm-up: router/proxy connections, model residency, JIT profiling
-            for _ in range(args.warmup):
-                one(arm, row(), record=False)
-        rounds = max(1, args.rounds)
-        per_round = [args.n // rounds + (1 if i < args.n % rounds else 0) for i in range(rounds)]
         t_meas = time.perf_counter()
-        for k in per_round:
-            order = list(arms)
-            random.shuffle(order)
-            for arm in order:
-                for _ in range(k):
-                    one(arm, row(), record=True)
+        rounds = measure_rounds(list(arms), one, row, args)
         measure_s = time.perf_counter() - t_meas
         http.close()
     finally:
@@ -323,74 +320,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    stats = {k: _stats(v) for k, v in samples.items()}
-    d50, d99 = stats["direct"]["p50_ms"], stats["direct"]["p99_ms"]
-    ratios = {
-        k: {"p50": round(s["p50_ms"] / d50, 2), "p99": round(s["p99_ms"] / d99, 2)}
-        for k, s in stats.items()
-        if k != "direct"
-    }
-
-    def p50(arm: str) -> float:
-        return stats[arm]["p50_ms"]
-
-    def key(arm: str) -> dict[str, Any]:
-        gap = round(p50(arm) - p50("bare"), 4)
-        return {
-            "arm": arm,
-            "handle_minus_bare_p50_ms": gap,
-            "target_ms": TARGET_MS,
-            "target_met": bool(gap <= TARGET_MS),
-            "http_minus_bare_p50_ms": (
-                round(p50(arm.replace("handle", "http")) - p50("bare"), 4)
-                if arm.replace("handle", "http") in stats else None),
-            # What the second Serve hop costs by itself, and what Timeshare adds beyond it.
-            "second_hop_p50_ms": round(p50("bare_chain") - p50("bare"), 4),
-            "handle_minus_bare_chain_p50_ms": round(p50(arm) - p50("bare_chain"), 4),
-        }
-
-    def breakdown(arm: str) -> dict[str, float]:
-        a = np.asarray(timings[arm])
-        med = np.median(a, axis=0)
-        return {
-            "round_trip_ms": round(float(med[0]), 4),
-            "ingress_total_ms": round(float(med[1]), 4),
-            "queue_ms": round(float(med[2]), 4),
-            "compute_ms": round(float(med[3]), 4),
-            "transport_ms": round(float(np.median(a[:, 0] - a[:, 1])), 4),
-            "ingress_minus_queue_compute_ms": round(
-                float(np.median(a[:, 1] - a[:, 2] - a[:, 3])), 4
-            ),
-        }
-
-    return {
-        "benchmark": "serving_overhead",
-        "model": args.model,
-        "batch_wait_ms": float(cfg.get("batch_wait_ms", 2.0)),
-        "rows_per_call": 1,
-        "n_per_arm": args.n,
-        "warmup_per_arm": args.warmup,
-        "rounds": rounds,
-        "torch_threads": threads,
-        "arms": stats,
-        "ratio_vs_direct": ratios,
-        "key": key("handle"),
-        "key_nowait": key("handle_nowait"),
-        "key_pool_deployment": key("handle_pool_deployment"),
-        # The pool holds a lone request up to batch_wait_ms hoping to fill a batch.
-        "batching_wait_p50_ms": round(p50("handle") - p50("handle_nowait"), 4),
-        "breakdown": {"handle": breakdown("handle"), "handle_nowait": breakdown("handle_nowait")},
-        "output_mismatches": mismatches,
-        "startup_s": round(startup_s, 2),
-        "measure_s": round(measure_s, 2),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "ray": ray.__version__,
-            "platform": platform.platform(),
-        },
-    }
+    return overhead_report(args, cfg, threads, samples, timings, mismatches,
+                           rounds=rounds, startup_s=startup_s, measure_s=measure_s)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,13 +57,7 @@ def _calib_data(args: argparse.Namespace, input_name: str) -> tuple[np.ndarray, 
     return s.calib_x, s.calib_y
 
 
-def calibrate_main(argv: Sequence[str] | None = None, *, loader: Loader = _torch_loader) -> int:
-    """``timeshare routes calibrate --route NAME --target-expensive-share S
-    [--target-accuracy A] [--routes FILE] [--repo DIR] [--dataset NAME | --data FILE.npz]``.
-
-    Scores the calibration split, picks the threshold and writes it into the routes file.
-    ``--data`` is an .npz holding the route's input array (by input name) and ``labels``.
-    """
+def _calibrate_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="timeshare routes calibrate")
     ap.add_argument("--route", required=True)
     ap.add_argument("--routes", default="deploy/routes.yaml", help="routes YAML file")
@@ -79,6 +73,17 @@ def calibrate_main(argv: Sequence[str] | None = None, *, loader: Loader = _torch
     ap.add_argument("--target-quality-fraction", type=float, default=None,
                     help="text route: reach this fraction of the expensive model's quality")
     add_text_args(ap)
+    return ap
+
+
+def calibrate_main(argv: Sequence[str] | None = None, *, loader: Loader = _torch_loader) -> int:
+    """``timeshare routes calibrate --route NAME --target-expensive-share S
+    [--target-accuracy A] [--routes FILE] [--repo DIR] [--dataset NAME | --data FILE.npz]``.
+
+    Scores the calibration split, picks the threshold and writes it into the routes file.
+    ``--data`` is an .npz holding the route's input array (by input name) and ``labels``.
+    """
+    ap = _calibrate_parser()
     args = ap.parse_args(argv)
     if args.outcomes:
         if (args.target_expensive_share is None) == (args.target_quality_fraction is None):

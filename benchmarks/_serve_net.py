@@ -1,0 +1,31 @@
+"""Ports for the HTTP benchmarks: a free local port, an app's direct-ingress replica port."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+__all__ = ["free_port", "replica_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def replica_port(app: str, timeout_s: float = 60.0) -> int:
+    """The HTTP port of ``app``'s ingress replica under direct ingress (one replica here)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None, "Serve is not running"
+    controller = client._controller
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for group in ray.get(controller.get_target_groups.remote(app)):
+            if group.protocol == "HTTP" and group.targets and group.app_name == app:
+                return int(group.targets[0].port)
+        time.sleep(0.5)
+    raise TimeoutError(f"{app}: no direct-ingress HTTP target within {timeout_s:.0f}s")
