@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,6 +72,7 @@ class Alerter:
         self.engine = NotificationEngine.from_config(config, nflog=self._nflog)
         self._store: MemoryStore | RedisStore = MemoryStore()
         self._persist = persist and bool(config.redis_url)
+        self._retry_load_at: float | None = None  # monotonic; set while Redis was unreachable
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._test_results: list[DeliveryResult] = []
@@ -103,6 +105,8 @@ class Alerter:
         """``redis`` or ``memory``."""
         return self._store.kind
 
+    STATE_RETRY_S = 30.0  # how often to retry Redis when it was unreachable at start
+
     async def start(self) -> None:
         """Load persisted state (falling back to memory) and start the background loop."""
         await self.load_state()
@@ -121,13 +125,19 @@ class Alerter:
             entries, acks = await store.load()
         except _STORE_ERRORS as e:
             log.warning(
-                "alerting state: Redis at %s unreachable (%s); keeping state in memory",
+                "alerting state: Redis at %s unreachable (%s); keeping state in memory, "
+                "retrying every %.0f s",
                 self.config.redis_url,
                 e,
+                self.STATE_RETRY_S,
             )
             await _close_quietly(store)
+            self._retry_load_at = time.monotonic() + self.STATE_RETRY_S
             return
-        self._store = store
+        self._store, self._retry_load_at = store, None
+        # What this replica decided while Redis was away wins, and goes to Redis at the next save.
+        self._nflog.dirty |= set(self._nflog.entries)
+        self._nflog.acks_dirty = bool(self._nflog.acknowledged - acks)
         for key, entry in entries.items():
             self._nflog.entries.setdefault(key, entry)
         self._nflog.acknowledged |= acks
@@ -195,6 +205,8 @@ class Alerter:
 
     async def step(self) -> list[Notification]:
         """Flush due groups at the clock's now, enqueue notifications, persist what changed."""
+        if self._retry_load_at is not None and time.monotonic() >= self._retry_load_at:
+            await self.load_state()  # Redis was unreachable at start: try again
         notes = self.engine.tick(self._clock())
         for note in notes:
             self._dispatch(note)

@@ -16,6 +16,7 @@ from alerting.config import load_config
 from alerting.events import Alert
 from alerting.telemetry import Telemetry
 from tests.integration.alerting.receiver import Receiver, dead_url
+from tests.integration.app.appkit import RedisServer
 
 T0 = 1_700_000_000.0
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -69,6 +70,11 @@ def model_down(clock: FakeClock, instance: str, sev: str = "P1") -> Alert:
         annotations={"summary": "digits fails"},
         starts_at=clock(),
     )
+
+
+def pages(receiver: Receiver) -> list[Any]:
+    """What the pager received, for an assertion's message."""
+    return [r.body for r in receiver.at("/pd")]
 
 
 async def advance(alerter: Alerter, clock: FakeClock, seconds: float) -> None:
@@ -216,24 +222,26 @@ async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> N
         a = model_down(clock, "r1")
         first.submit(a)
         await advance(first, clock, 30)
-        assert len(receiver.at("/pd")) == 1
+        assert len(receiver.at("/pd")) == 1, pages(receiver)
         await first.stop()
 
         second = Alerter(cfg, clock=clock)  # a restarted replica: empty engine, state in Redis
         await second.load_state()
+        assert second.persistence == "redis"
         second.submit(a)  # the rule re-fires the same alert
         await advance(second, clock, 30)
-        assert len(receiver.at("/pd")) == 1  # not re-paged
+        assert len(receiver.at("/pd")) == 1, pages(receiver)  # not re-paged
         second.acknowledge(a.fingerprint)
         await advance(second, clock, 1)
         await second.stop()
 
         third = Alerter(cfg, clock=clock)
         await third.load_state()
+        assert third.persistence == "redis"
         third.submit(a)
         for _ in range(30):  # past repeat_interval: the acknowledgement survived too
             await advance(third, clock, 60)
-        assert len(receiver.at("/pd")) == 1
+        assert len(receiver.at("/pd")) == 1, pages(receiver)
         third.submit(a.resolve(clock()))
         await advance(third, clock, 60)
         assert [r.body["event_action"] for r in receiver.at("/pd")] == ["trigger", "resolve"]
@@ -255,3 +263,37 @@ async def test_unreachable_redis_falls_back_to_memory(receiver: Receiver) -> Non
     await advance(alerter, clock, 30)
     assert len(receiver.at("/pd")) == 1
     await alerter.stop()
+
+
+async def test_redis_back_after_a_failed_start_gets_the_state(receiver: Receiver) -> None:
+    """A replica that started while Redis was away keeps retrying; once Redis is back, what it
+    decided meanwhile is written there, so the next restart does not re-page."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("needs the redis-server binary to start a private Redis")
+    server = RedisServer(binary)  # not started yet: the first load finds nothing listening
+    clock = FakeClock(T0)
+    cfg = config("prod", receiver.base, redis_url=server.url, state_prefix="ts:test:retry")
+    first = Alerter(cfg, clock=clock)
+    first.STATE_RETRY_S = 0.0  # retry at every step (30 s by default)
+    try:
+        await first.load_state()
+        assert first.persistence == "memory"
+        a = model_down(clock, "r1")
+        first.submit(a)
+        await advance(first, clock, 30)
+        assert len(receiver.at("/pd")) == 1, pages(receiver)
+        server.start()
+        await advance(first, clock, 1)
+        assert first.persistence == "redis"
+        await first.stop()
+
+        second = Alerter(cfg, clock=clock)
+        await second.load_state()
+        assert second.persistence == "redis"
+        second.submit(a)
+        await advance(second, clock, 30)
+        assert len(receiver.at("/pd")) == 1, pages(receiver)  # the page survived the outage
+        await second.stop()
+    finally:
+        server.stop()

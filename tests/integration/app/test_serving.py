@@ -66,26 +66,48 @@ def test_separate_ray_driver_gets_identical_outputs_to_http(app, http):
         assert via_handle[model]["served_by"] == f"cpu:{model}@1"
 
 
+TRITON = r"""
+import json, sys
+import numpy as np
+import tritonclient.http as th
+client = th.InferenceServerClient(sys.argv[1])
+out = {"live": client.is_server_live(), "ready": client.is_server_ready(),
+       "model_ready": client.is_model_ready("digits-small"),
+       "input": client.get_model_metadata("digits-small")["inputs"][0], "infer": []}
+x = np.asarray(json.loads(sys.argv[2]), dtype=np.float32)
+for binary in (True, False):
+    inp = th.InferInput("pixels", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    outs = [th.InferRequestedOutput("logits", binary_data=binary)]
+    # Triton's own `priority` argument is an int: Timeshare reads it as its class number
+    # (0 realtime .. 3 background; 0 is not sent by tritonclient = the model's default).
+    res = client.infer("digits-small", [inp], outputs=outs, priority=2,
+                       parameters={"caller": "triton"})
+    out["infer"].append({"shape": list(res.as_numpy("logits").shape),
+                         "served_by": res.get_response()["parameters"]["served_by"]})
+try:
+    client.infer("no-such-model", [inp])
+    out["unknown"] = None
+except Exception as e:
+    out["unknown"] = str(e)
+print("RESULT" + json.dumps(out))
+"""
+
+
 def test_unmodified_tritonclient_binary_and_json(app):
-    th = pytest.importorskip("tritonclient.http")
-    client = th.InferenceServerClient(app.url.removeprefix("http://"))
-    assert client.is_server_live() and client.is_server_ready()
-    assert client.is_model_ready("digits-small")
-    meta = client.get_model_metadata("digits-small")
-    assert meta["inputs"][0] == {"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}
+    # The client runs in its own process, as a user's would: tritonclient.http brings gevent,
+    # whose hub and thread pool do not belong in a process that also hosts a Ray driver.
     x = load_splits("digits").test_x[:3]
-    for binary in (True, False):
-        inp = th.InferInput("pixels", list(x.shape), "FP32")
-        inp.set_data_from_numpy(x, binary_data=binary)
-        outs = [th.InferRequestedOutput("logits", binary_data=binary)]
-        # Triton's own `priority` argument is an int: Timeshare reads it as its class number
-        # (0 realtime .. 3 background; 0 is not sent by tritonclient = the model's default).
-        res = client.infer("digits-small", [inp], outputs=outs, priority=2,
-                           parameters={"caller": "triton"})
-        assert res.as_numpy("logits").shape == (3, 10)
-        assert res.get_response()["parameters"]["served_by"] == "cpu:digits-small@1"
-    with pytest.raises(Exception, match="unknown model"):
-        client.infer("no-such-model", [inp])
+    proc = subprocess.run(
+        [sys.executable, "-c", TRITON, app.url.removeprefix("http://"), json.dumps(x.tolist())],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(next(ln for ln in proc.stdout.splitlines()
+                          if ln.startswith("RESULT"))[len("RESULT"):])
+    assert out["live"] and out["ready"] and out["model_ready"], out
+    assert out["input"] == {"name": "pixels", "datatype": "FP32", "shape": [-1, 64]}
+    assert out["infer"] == [{"shape": [3, 10], "served_by": "cpu:digits-small@1"}] * 2, out
+    assert out["unknown"] is not None and "unknown model" in out["unknown"], out
 
 
 @pytest.mark.parametrize("path, body, status, field", [
