@@ -58,7 +58,7 @@ from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._serve_net import free_port, replica_port
 from benchmarks._stock import serve_stock, stock_app
-from deploy.ray_env import SERVE_ENV
+from deploy.ray_env import ENV
 
 P99_LIMIT_MS = 100.0
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
@@ -266,7 +266,7 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
 
 def _ray_env(args: argparse.Namespace) -> list[str]:
     """``make serve``'s Ray Serve settings, then ``--ray-env``'s (later ones win)."""
-    return [f"{k}={v}" for k, v in SERVE_ENV.items()] + list(args.ray_env)
+    return [f"{k}={v}" for k, v in ENV.items()] + list(args.ray_env)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -151,14 +151,14 @@ RAY_MODES = ("proxy", "direct")
 
 def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
     from benchmarks._overload_ray import run_ray_arm
-    from deploy.ray_env import SERVE_ENV
+    from deploy.ray_env import ENV
 
     direct = mode == "direct"
     try:
         return run_ray_arm(
             repo, tmp, deadline_ms=args.deadline_ms, levels=(1, 3),
             edge_overrides=EDGE_OVERRIDES, capacity=capacity,
-            ray_env={**SERVE_ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"} if direct else {},
+            ray_env={**ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"} if direct else {},
             direct=direct,
             run_level=lambda port, rate, m: run_level(port, rate, m, args=args,
                                                       capacity=capacity))

@@ -1,12 +1,14 @@
-"""deploy.ray_env: the Ray Serve settings `make serve` starts Ray with."""
+"""deploy.ray_env: the Ray Serve and thread settings `make serve` starts Ray with."""
 
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
+import torch
 from ray.serve._private import constants
 
-from deploy.ray_env import SERVE_ENV, serve_environment
+from deploy.ray_env import ENV, SERVE_ENV, THREAD_ENV, serve_environment
 
 
 def test_every_setting_is_one_ray_serve_reads() -> None:
@@ -17,8 +19,18 @@ def test_every_setting_is_one_ray_serve_reads() -> None:
         assert isinstance(value, str) and value
 
 
+def test_every_thread_setting_is_one_torchs_openmp_reads() -> None:
+    # torch's CPU build ships its OpenMP runtime; the names it reads are strings in that library
+    lib = Path(torch.__file__).parent / "lib"
+    runtimes = [p.read_bytes() for p in lib.glob("libgomp*.so*")]
+    assert runtimes, f"no OpenMP runtime in {lib}"
+    for name, value in THREAD_ENV.items():
+        assert any(name.encode() in r for r in runtimes), f"{name}: not read by {lib}/libgomp"
+        assert value in ("PASSIVE", "ACTIVE")
+
+
 def test_the_callers_environment_wins() -> None:
-    env = serve_environment({"PATH": "/bin", **{k: "x" for k in SERVE_ENV}})
+    env = serve_environment({"PATH": "/bin", **{k: "x" for k in ENV}})
     assert env["PATH"] == "/bin"
-    assert all(env[k] == "x" for k in SERVE_ENV)
-    assert serve_environment({}) == SERVE_ENV
+    assert all(env[k] == "x" for k in ENV)
+    assert serve_environment({}) == ENV == {**SERVE_ENV, **THREAD_ENV}
