@@ -8,11 +8,13 @@ installed, and a real HTTP alert receiver on loopback.
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import httpx
 import pytest
 
+from deploy.ray_env import THREAD_ENV
 from tests.integration.alerting.receiver import start_receiver
 from tests.integration.app.appkit import API_KEY, App, RedisServer, free_port, make_chaos_model
 
@@ -72,6 +74,10 @@ def app(demo_repo_master, tmp_path_factory):
     call_log = root / "calllog.jsonl"
     # 6 logical CPUs: this app takes 3 replicas of one CPU each; the listener's autoscaling
     # test adds an app that grows to 3 more (Ray schedules by these counts, not by cores)
+    # the replicas' torch threads as `make serve` sets them (deploy.ray_env.THREAD_ENV): on two
+    # cores a spinning OpenMP thread would take time from the tests' own timing
+    for k, v in THREAD_ENV.items():
+        os.environ.setdefault(k, v)
     ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": http_port})
     args = {
