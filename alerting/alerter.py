@@ -51,6 +51,8 @@ class Alerter:
     >>> await alerter.stop()
     """
 
+    STATE_RETRY_S = 30.0  # how often to retry Redis when it was unreachable at start
+
     def __init__(
         self,
         config: AlertingConfig,
@@ -105,8 +107,6 @@ class Alerter:
     def persistence(self) -> str:
         """``redis`` or ``memory``."""
         return self._store.kind
-
-    STATE_RETRY_S = 30.0  # how often to retry Redis when it was unreachable at start
 
     async def start(self) -> None:
         """Load persisted state (falling back to memory) and start the background loop."""

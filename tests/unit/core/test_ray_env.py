@@ -21,8 +21,10 @@ def test_every_setting_is_one_ray_serve_reads() -> None:
 
 def test_every_thread_setting_is_one_torchs_openmp_reads() -> None:
     # torch's CPU build ships its OpenMP runtime; the names it reads are strings in that library
+    # (torch/lib in the CPU build; torch.libs beside it in wheels repaired by auditwheel)
     lib = Path(torch.__file__).parent / "lib"
-    runtimes = [p.read_bytes() for p in lib.glob("libgomp*.so*")]
+    found = [*lib.glob("libgomp*.so*"), *lib.parent.parent.glob("torch.libs/libgomp*.so*")]
+    runtimes = [p.read_bytes() for p in found]
     assert runtimes, f"no OpenMP runtime in {lib}"
     for name, value in THREAD_ENV.items():
         assert any(name.encode() in r for r in runtimes), f"{name}: not read by {lib}/libgomp"
