@@ -211,12 +211,10 @@ class DeviceWorker:
     async def close(self) -> None:
         self._closed = True
         self._loads.cancel()
-        if self._loop_task:
+        if self._loop_task:  # the loop also ends on _closed, should a cancel be swallowed
             self._loop_task.cancel()
-            try:
-                await self._loop_task
-            except asyncio.CancelledError:
-                pass
+            # gather, not try/except CancelledError: a cancel of close() itself propagates
+            await asyncio.gather(self._loop_task, return_exceptions=True)
         self.queues.fail_all(ModelNotLoaded("worker closed"))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
