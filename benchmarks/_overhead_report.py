@@ -43,13 +43,60 @@ def _stats(samples_s: list[float]) -> dict[str, float]:
             "mean_ms": round(float(ms.mean()), 4), "n": int(ms.size)}
 
 
+def _key(stats: dict[str, dict[str, float]], arm: str) -> dict[str, Any]:
+    """The target for one handle arm: what it adds at p50 over the bare deployment."""
+
+    def p50(arm: str) -> float:
+        return stats[arm]["p50_ms"]
+
+    gap = round(p50(arm) - p50("bare"), 4)
+    return {
+        "arm": arm,
+        "handle_minus_bare_p50_ms": gap,
+        "target_ms": TARGET_MS,
+        "target_met": bool(gap <= TARGET_MS),
+        "http_minus_bare_p50_ms": (
+            round(p50(arm.replace("handle", "http")) - p50("bare"), 4)
+            if arm.replace("handle", "http") in stats else None),
+        # What the second Serve hop costs by itself, and what Timeshare adds beyond it.
+        "second_hop_p50_ms": round(p50("bare_chain") - p50("bare"), 4),
+        "handle_minus_bare_chain_p50_ms": round(p50(arm) - p50("bare_chain"), 4),
+    }
+
+
+def _breakdown(timings: list[tuple]) -> dict[str, float]:
+    """Medians of one arm's (round trip, ingress total, queue, compute) timings."""
+    a = np.asarray(timings)
+    med = np.median(a, axis=0)
+    return {
+        "round_trip_ms": round(float(med[0]), 4),
+        "ingress_total_ms": round(float(med[1]), 4),
+        "queue_ms": round(float(med[2]), 4),
+        "compute_ms": round(float(med[3]), 4),
+        "transport_ms": round(float(np.median(a[:, 0] - a[:, 1])), 4),
+        "ingress_minus_queue_compute_ms": round(
+            float(np.median(a[:, 1] - a[:, 2] - a[:, 3])), 4
+        ),
+    }
+
+
+def _machine() -> dict[str, Any]:
+    import ray
+
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "ray": ray.__version__,
+        "platform": platform.platform(),
+    }
+
+
 def overhead_report(args: argparse.Namespace, cfg: dict[str, Any], threads: int,
                     samples: dict[str, list[float]], timings: dict[str, list[tuple]],
                     mismatches: dict[str, int], *, rounds: int, startup_s: float,
                     measure_s: float) -> dict[str, Any]:
     """The benchmark's JSON object."""
-    import ray
-
     stats = {k: _stats(v) for k, v in samples.items()}
     d50, d99 = stats["direct"]["p50_ms"], stats["direct"]["p99_ms"]
     ratios = {
@@ -57,39 +104,6 @@ def overhead_report(args: argparse.Namespace, cfg: dict[str, Any], threads: int,
         for k, s in stats.items()
         if k != "direct"
     }
-
-    def p50(arm: str) -> float:
-        return stats[arm]["p50_ms"]
-
-    def key(arm: str) -> dict[str, Any]:
-        gap = round(p50(arm) - p50("bare"), 4)
-        return {
-            "arm": arm,
-            "handle_minus_bare_p50_ms": gap,
-            "target_ms": TARGET_MS,
-            "target_met": bool(gap <= TARGET_MS),
-            "http_minus_bare_p50_ms": (
-                round(p50(arm.replace("handle", "http")) - p50("bare"), 4)
-                if arm.replace("handle", "http") in stats else None),
-            # What the second Serve hop costs by itself, and what Timeshare adds beyond it.
-            "second_hop_p50_ms": round(p50("bare_chain") - p50("bare"), 4),
-            "handle_minus_bare_chain_p50_ms": round(p50(arm) - p50("bare_chain"), 4),
-        }
-
-    def breakdown(arm: str) -> dict[str, float]:
-        a = np.asarray(timings[arm])
-        med = np.median(a, axis=0)
-        return {
-            "round_trip_ms": round(float(med[0]), 4),
-            "ingress_total_ms": round(float(med[1]), 4),
-            "queue_ms": round(float(med[2]), 4),
-            "compute_ms": round(float(med[3]), 4),
-            "transport_ms": round(float(np.median(a[:, 0] - a[:, 1])), 4),
-            "ingress_minus_queue_compute_ms": round(
-                float(np.median(a[:, 1] - a[:, 2] - a[:, 3])), 4
-            ),
-        }
-
     return {
         "benchmark": "serving_overhead",
         "model": args.model,
@@ -101,22 +115,16 @@ def overhead_report(args: argparse.Namespace, cfg: dict[str, Any], threads: int,
         "torch_threads": threads,
         "arms": stats,
         "ratio_vs_direct": ratios,
-        "key": key("handle"),
-        "key_nowait": key("handle_nowait"),
-        "key_pool_deployment": key("handle_pool_deployment"),
+        "key": _key(stats, "handle"),
+        "key_nowait": _key(stats, "handle_nowait"),
+        "key_pool_deployment": _key(stats, "handle_pool_deployment"),
         # The pool holds a lone request up to batch_wait_ms hoping to fill a batch.
-        "batching_wait_p50_ms": round(p50("handle") - p50("handle_nowait"), 4),
-        "breakdown": {"handle": breakdown("handle"), "handle_nowait": breakdown("handle_nowait")},
+        "batching_wait_p50_ms": round(
+            stats["handle"]["p50_ms"] - stats["handle_nowait"]["p50_ms"], 4),
+        "breakdown": {"handle": _breakdown(timings["handle"]),
+                      "handle_nowait": _breakdown(timings["handle_nowait"])},
         "output_mismatches": mismatches,
         "startup_s": round(startup_s, 2),
         "measure_s": round(measure_s, 2),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "ray": ray.__version__,
-            "platform": platform.platform(),
-        },
+        "machine": _machine(),
     }
-
-

@@ -278,7 +278,8 @@ def _compare(rate: float, b: dict, t: dict, h: dict) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags, with ``--rates`` parsed into floats and ``--headline-rate`` resolved."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="also write the JSON object to this file")
     ap.add_argument("--arch", choices=sorted(ARCHS), default="encoder",
@@ -315,6 +316,12 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--headline-rate must be one of --rates {args.rates}, got {args.headline_rate}")
     if args.models < 4:
         ap.error(f"--models must be >= 4, got {args.models}")
+    return args
+
+
+def _measure(args: argparse.Namespace) -> tuple[dict[float, dict], int, int, int]:
+    """Build the repository, run every arm at every rate in one local Ray instance; the arms'
+    figures per rate, the model size, the device budget and K (models that fit in it)."""
     import ray
     from ray import serve
 
@@ -333,6 +340,12 @@ def main(argv: list[str] | None = None) -> dict:
         finally:
             serve.shutdown()
             ray.shutdown()
+    return arms, model_bytes, budget, k
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _parse_args(argv)
+    arms, model_bytes, budget, k = _measure(args)
     rows = [_compare(rate, arms[rate]["baseline"], arms[rate]["timeshare"],
                      arms[rate]["stock_hostram"]) for rate in args.rates]
     head = next(r for r in rows if r["rate_per_s"] == args.headline_rate)

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,7 +101,11 @@ def _summary(outcomes: list[Outcome], deadline_ms: float) -> dict:
     }
 
 
-async def run(args: argparse.Namespace) -> dict:
+Arm = Callable[[int, float], Awaitable[Outcome]]
+
+
+def _models() -> dict[str, nn.Module]:
+    """The primary (``big``) and the fallback (``small``), seeded, one torch thread."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
     models: dict[str, nn.Module] = {
@@ -109,14 +114,23 @@ async def run(args: argparse.Namespace) -> dict:
     }
     for m in models.values():
         m.eval()
+    return models
+
+
+def _schedule(args: argparse.Namespace) -> tuple[list[float], set[str]]:
+    """Seeded Poisson arrival times, and the request ids whose primary call hangs."""
     rng = random.Random(args.seed)
     arrivals, t = [], 0.0
     while t < args.duration_s:
         t += rng.expovariate(args.rate)
         arrivals.append(t)
     hangs = {str(i) for i in range(len(arrivals)) if rng.random() < args.hang_share}
-    inputs = np.random.default_rng(args.seed).standard_normal((1, IN_FEATURES), dtype=np.float32)
-    ex = TorchExecutor(models, hangs, args.hang_s)
+    return arrivals, hangs
+
+
+def _arms(args: argparse.Namespace, ex: TorchExecutor, inputs: np.ndarray
+          ) -> tuple[Arm, Arm, Arm]:
+    """The arms' request handlers: no fallback (deadline as timeout), wait, and the chain."""
     loop = asyncio.get_running_loop()
 
     def req(i: int) -> FallbackRequest:
@@ -154,6 +168,15 @@ async def run(args: argparse.Namespace) -> dict:
         await ex.call_model(req(i), model="big", version="1", pool="gpu", budget_s=1e9)
         return Outcome(loop.time() - arrived, False)
 
+    return baseline, wait, with_chain
+
+
+async def run(args: argparse.Namespace) -> dict:
+    models = _models()
+    arrivals, hangs = _schedule(args)
+    inputs = np.random.default_rng(args.seed).standard_normal((1, IN_FEATURES), dtype=np.float32)
+    ex = TorchExecutor(models, hangs, args.hang_s)
+    baseline, wait, with_chain = _arms(args, ex, inputs)
     base = _summary(await _open_loop(arrivals, baseline), args.deadline_ms)
     waited = _summary(await _open_loop(arrivals, wait), args.deadline_ms)
     ours = _summary(await _open_loop(arrivals, with_chain), args.deadline_ms)

@@ -166,7 +166,7 @@ def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--seconds", type=float, default=8.0, help="Open-loop seconds per level.")
@@ -184,7 +184,52 @@ def main() -> None:
                     help="Run only the Ray arms, at this capacity (from an earlier full run).")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _setup(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings every run reports (the full run adds its levels and server)."""
+    return {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES,
+            "deadline_ms": args.deadline_ms, "mix": MIX, "seconds_per_level": args.seconds}
+
+
+def _ray_only_result(arms: dict[str, Any], args: argparse.Namespace, t0: float
+                     ) -> dict[str, Any]:
+    return {"benchmark": "overload_http", "ray_only": True, "capacity_rps": args.ray_only,
+            "setup": _setup(args),
+            **{f"edge_behind_ray_{'proxy' if m == 'proxy' else 'direct_ingress'}": a
+               for m, a in arms.items()},
+            "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any],
+            args: argparse.Namespace, t0: float) -> dict[str, Any]:
+    """The full run's JSON object: both arms, the Ray arms, targets and ratios per level."""
+    t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
+    overload = [k for k in t_edge if k != "1x"]
+    ratios = {k: {"goodput_edge_over_baseline": round(
+                      edge["levels"][k]["goodput_rps"] / max(base["levels"][k]["goodput_rps"],
+                                                             1e-9), 2)}
+              for k in edge["levels"]}
+    return {
+        "benchmark": "overload_http",
+        "setup": {**_setup(args), "levels": list(LEVELS),
+                  "server": "router.ingress.Ingress under uvicorn, in-process CPU pool; "
+                            "Ray Serve's proxy not in the path",
+                  "cpus": os.cpu_count()},
+        "capacity_rps": base["capacity_rps"],
+        "edge": edge, "baseline": base,
+        "edge_behind_ray_proxy": ray_arms.get("proxy"),
+        "edge_behind_ray_direct_ingress": ray_arms.get("direct"),
+        "targets": {"edge": t_edge, "baseline": t_base}, "ratios": ratios,
+        "meets_targets": all(t_edge[k]["all"] for k in overload),
+        "baseline_meets_targets": all(t_base[k]["all"] for k in overload),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+
+
+def main() -> None:
+    args = _parse_args()
     from deploy.demo import build_demo_repository
 
     t0 = time.monotonic()
@@ -198,13 +243,7 @@ def main() -> None:
         if args.ray_only is not None:  # the Ray arms alone, at a capacity measured before
             arms = {m: _ray_arm(m, repo, Path(tmp), args=args, capacity=args.ray_only)
                     for m in args.ray_modes}
-            emit({"benchmark": "overload_http", "ray_only": True, "capacity_rps": args.ray_only,
-                  "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES,
-                            "deadline_ms": args.deadline_ms, "mix": MIX,
-                            "seconds_per_level": args.seconds},
-                  **{f"edge_behind_ray_{'proxy' if m == 'proxy' else 'direct_ingress'}": a
-                     for m, a in arms.items()},
-                  "wall_s": round(time.monotonic() - t0, 1)}, args.json)
+            emit(_ray_only_result(arms, args, t0), args.json)
             return
         base = run_arm(repo, edge=False, args=args, capacity=None)
         capacity = base["capacity_rps"]
@@ -212,29 +251,7 @@ def main() -> None:
         ray_arms: dict[str, Any] = {}
         for mode in (args.ray_modes if args.ray else ()):
             ray_arms[mode] = _ray_arm(mode, repo, Path(tmp), args=args, capacity=capacity)
-    t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
-    overload = [k for k in t_edge if k != "1x"]
-    ratios = {k: {"goodput_edge_over_baseline": round(
-                      edge["levels"][k]["goodput_rps"] / max(base["levels"][k]["goodput_rps"],
-                                                             1e-9), 2)}
-              for k in edge["levels"]}
-    emit({
-        "benchmark": "overload_http",
-        "setup": {"device_ms": args.device_ms, "edge_overrides": EDGE_OVERRIDES,
-                  "deadline_ms": args.deadline_ms, "mix": MIX,
-                  "seconds_per_level": args.seconds, "levels": list(LEVELS),
-                  "server": "router.ingress.Ingress under uvicorn, in-process CPU pool; "
-                            "Ray Serve's proxy not in the path",
-                  "cpus": os.cpu_count()},
-        "capacity_rps": capacity,
-        "edge": edge, "baseline": base,
-        "edge_behind_ray_proxy": ray_arms.get("proxy"),
-        "edge_behind_ray_direct_ingress": ray_arms.get("direct"),
-        "targets": {"edge": t_edge, "baseline": t_base}, "ratios": ratios,
-        "meets_targets": all(t_edge[k]["all"] for k in overload),
-        "baseline_meets_targets": all(t_base[k]["all"] for k in overload),
-        "wall_s": round(time.monotonic() - t0, 1),
-    }, args.json)
+    emit(_result(base, edge, ray_arms, args, t0), args.json)
 
 
 if __name__ == "__main__":

@@ -128,27 +128,18 @@ def _report(name: str, strategy: RouteStrategy, x: np.ndarray, y: np.ndarray, ch
     return {name: row}
 
 
-def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    tmp = None
-    if repo is None:
-        tmp = tempfile.TemporaryDirectory(prefix="timeshare-routing-")
-        repo = Path(tmp.name)
-    models = _ensure_models(repo)
-    torch.set_num_threads(1)  # per-request latency on a shared box: no intra-op oversubscription
-    s = load_splits("digits", seed)
-    lg = {split: {m: models[m](getattr(s, f"{split}_x")) for m in models}
-          for split in ("train", "calib", "test")}
-    cx, cy, tx, ty = s.calib_x, s.calib_y, s.test_x, s.test_y
-    test_cheap, test_exp = lg["test"][CHEAP], lg["test"][EXPENSIVE]
-    cheap_acc = float((test_cheap.argmax(1) == ty).mean())
-    exp_acc = float((test_exp.argmax(1) == ty).mean())
-    calib_c, calib_e = lg["calib"][CHEAP].argmax(1) == cy, lg["calib"][EXPENSIVE].argmax(1) == cy
+def _logits(models: dict[str, Callable[[np.ndarray], np.ndarray]], s: Any
+            ) -> dict[str, dict[str, np.ndarray]]:
+    """Both models' logits on every split, computed once."""
+    return {split: {m: models[m](getattr(s, f"{split}_x")) for m in models}
+            for split in ("train", "calib", "test")}
 
+
+def _cascade_routers(lg: dict[str, dict[str, np.ndarray]], cx: np.ndarray, cy: np.ndarray,
+                     target_share: float, args: tuple) -> dict[str, Any]:
+    """The cascades, calibrated on the calibration split: to ``target_share`` on max-softmax and
+    on margin, and to the expensive model's calibration accuracy with the share capped."""
     routers: dict[str, Any] = {}
-    args = (tx, ty, test_cheap, test_exp, cheap_acc, exp_acc)
-    routers |= _report("cheap-only", make_strategy("static", cheap=CHEAP, use="cheap"), *args)
-    routers |= _report("expensive-only", make_strategy("static", expensive=EXPENSIVE), *args)
     for measure in ("max_softmax", "margin"):
         probe = make_strategy("cascade", cheap=CHEAP, expensive=EXPENSIVE, confidence=measure)
         cal = calibrate_route(route_scores(probe, {"pixels": cx}, lg["calib"][CHEAP]),
@@ -159,14 +150,19 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
                            *args)
         routers[name]["calibration_share"] = cal.share
     # cascade calibrated to the expensive model's calibration accuracy, share capped
+    calib_c, calib_e = lg["calib"][CHEAP].argmax(1) == cy, lg["calib"][EXPENSIVE].argmax(1) == cy
     probe = make_strategy("cascade", cheap=CHEAP, expensive=EXPENSIVE)
     cal = threshold_for_accuracy(route_scores(probe, {"pixels": cx}, lg["calib"][CHEAP]),
                                  calib_c, calib_e, float(calib_e.mean()), max_share=target_share)
     routers |= _report("cascade-accuracy-target", make_strategy(
         "cascade", cheap=CHEAP, expensive=EXPENSIVE, threshold=cal.threshold), *args)
     routers["cascade-accuracy-target"]["calibration_share"] = cal.share
+    return routers
 
-    # predictive: outcome log over train+calib (both models ran), through the real log format
+
+def _outcomes(s: Any, lg: dict[str, dict[str, np.ndarray]]) -> Any:
+    """The outcome log over train+calib (both models ran), written and read back through the
+    real log format, as ``timeshare routes retrain`` reads it."""
     with tempfile.TemporaryDirectory(prefix="timeshare-outcomes-") as d:
         log = Path(d) / "outcomes.jsonl"
         with log.open("w") as f:
@@ -177,31 +173,78 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
                                          lg[split][CHEAP][i:i + 16],
                                          lg[split][EXPENSIVE][i:i + 16],
                                          labels=y[i:i + 16].tolist()) + "\n")
-        outcomes = read_outcomes(log, route="digits")
+        return read_outcomes(log, route="digits")
+
+
+def _predictive_routers(outcomes: Any, calib_cheap: np.ndarray, cx: np.ndarray,
+                        target_share: float, args: tuple) -> dict[str, Any]:
+    """The predictive scorers (without and with the cheap model's features), trained on the
+    outcome log and calibrated to ``target_share``."""
+    routers: dict[str, Any] = {}
     for uses_cheap, name in ((False, "predictive"), (True, "predictive-with-cheap-features")):
         scorer = train_scorer(outcomes, uses_cheap=uses_cheap, c=0.1)
         probe = make_strategy("predictive", cheap=CHEAP, expensive=EXPENSIVE, scorer=scorer)
-        cal = calibrate_route(route_scores(probe, {"pixels": cx}, lg["calib"][CHEAP]),
+        cal = calibrate_route(route_scores(probe, {"pixels": cx}, calib_cheap),
                               target_share=target_share)
         routers |= _report(name, make_strategy("predictive", cheap=CHEAP, expensive=EXPENSIVE,
                                                 scorer=scorer, threshold=cal.threshold), *args)
         routers[name]["calibration_share"] = cal.share
+    return routers
+
+
+def _split_sizes(s: Any, outcomes: Any) -> dict[str, int]:
+    return {"train": len(s.train_y), "calib": len(s.calib_y), "test": len(s.test_y),
+            "outcome_rows": len(outcomes),
+            "outcome_rows_needing_expensive": int(
+                ((outcomes.cheap_logits.argmax(1) != outcomes.labels)
+                 & (outcomes.expensive_logits.argmax(1) == outcomes.labels)).sum())}
+
+
+def _target(casc: dict[str, Any], exp_acc: float, target_share: float) -> dict[str, Any]:
+    """The cascade's target: within 0.3 points of the expensive model, share capped."""
+    within = exp_acc - casc["accuracy"] <= 0.003 + 1e-9
+    escalated_ok = casc["expensive_share"] <= target_share + 1e-9
+    return {
+        "rule": f"cascade within 0.3 points of {EXPENSIVE} "
+                f"with <= {target_share:.0%} escalated",
+        "accuracy_gap_points": round((exp_acc - casc["accuracy"]) * 100, 2) + 0.0,
+        "within_0.3_points": within, "escalated_within_share": escalated_ok,
+        "met": within and escalated_ok,
+    }
+
+
+def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    tmp = None
+    if repo is None:
+        tmp = tempfile.TemporaryDirectory(prefix="timeshare-routing-")
+        repo = Path(tmp.name)
+    models = _ensure_models(repo)
+    torch.set_num_threads(1)  # per-request latency on a shared box: no intra-op oversubscription
+    s = load_splits("digits", seed)
+    lg = _logits(models, s)
+    cx, tx, ty = s.calib_x, s.test_x, s.test_y
+    test_cheap, test_exp = lg["test"][CHEAP], lg["test"][EXPENSIVE]
+    cheap_acc = float((test_cheap.argmax(1) == ty).mean())
+    exp_acc = float((test_exp.argmax(1) == ty).mean())
+
+    routers: dict[str, Any] = {}
+    args = (tx, ty, test_cheap, test_exp, cheap_acc, exp_acc)
+    routers |= _report("cheap-only", make_strategy("static", cheap=CHEAP, use="cheap"), *args)
+    routers |= _report("expensive-only", make_strategy("static", expensive=EXPENSIVE), *args)
+    routers |= _cascade_routers(lg, cx, s.calib_y, target_share, args)
+    outcomes = _outcomes(s, lg)
+    routers |= _predictive_routers(outcomes, lg["calib"][CHEAP], cx, target_share, args)
     rng = np.random.default_rng(seed)
     random_curve = tradeoff_curve(rng.uniform(size=len(ty)), test_cheap.argmax(1) == ty,
                                   test_exp.argmax(1) == ty)
 
     casc = routers["cascade"]
-    within = exp_acc - casc["accuracy"] <= 0.003 + 1e-9
-    escalated_ok = casc["expensive_share"] <= target_share + 1e-9
     ms_cheap = _ms_per_request(models[CHEAP], tx)
     ms_exp = _ms_per_request(models[EXPENSIVE], tx)
     result = {
         "benchmark": "routing",
-        "split": {"train": len(s.train_y), "calib": len(cy), "test": len(ty),
-                  "outcome_rows": len(outcomes),
-                  "outcome_rows_needing_expensive": int(
-                      ((outcomes.cheap_logits.argmax(1) != outcomes.labels)
-                       & (outcomes.expensive_logits.argmax(1) == outcomes.labels)).sum())},
+        "split": _split_sizes(s, outcomes),
         "models": {CHEAP: {"test_accuracy": round(cheap_acc, 4),
                            "ms_per_request": round(ms_cheap, 4)},
                    EXPENSIVE: {"test_accuracy": round(exp_acc, 4),
@@ -210,13 +253,7 @@ def run(repo: Path | None, target_share: float, seed: int) -> dict[str, Any]:
         "random_router_apgr": round(apgr(random_curve, cheap_acc, exp_acc), 4),
         "cascade_compute_vs_expensive_only": round(
             (ms_cheap + casc["expensive_share"] * ms_exp) / ms_exp, 4),
-        "target": {
-            "rule": f"cascade within 0.3 points of {EXPENSIVE} "
-                    f"with <= {target_share:.0%} escalated",
-            "accuracy_gap_points": round((exp_acc - casc["accuracy"]) * 100, 2) + 0.0,
-            "within_0.3_points": within, "escalated_within_share": escalated_ok,
-            "met": within and escalated_ok,
-        },
+        "target": _target(casc, exp_acc, target_share),
         "wall_s": round(time.perf_counter() - t0, 2),
     }
     if tmp is not None:

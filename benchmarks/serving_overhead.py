@@ -165,12 +165,51 @@ def _wait_ready(client, timeout_s: float = 120.0) -> None:
     raise TimeoutError(f"timeshare app not ready within {timeout_s:.0f}s ({last})")
 
 
+def _handle_call(app, model: str, in_name: str, out_name: str, no_cache: Any,
+                 last: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """A call through a Timeshare app's handle; leaves the response's timings in ``last``."""
+    from router.schemas import InferenceRequest
+
+    def call(x: np.ndarray) -> np.ndarray:
+        resp = app.infer.remote(
+            InferenceRequest(model=model, inputs={in_name: x}, cache=no_cache)
+        ).result()
+        last[model] = resp.timings
+        return np.asarray(resp.outputs[out_name])
+
+    return call
+
+
+def _http_call(http, model: str, in_name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """A v2 JSON call over ``http`` (cache reads and writes skipped)."""
+    url = f"/v2/models/{model}/infer"
+
+    def call(x: np.ndarray) -> np.ndarray:
+        body = {
+            "inputs": [
+                {
+                    "name": in_name,
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "data": x.ravel().tolist(),
+                }
+            ],
+            "parameters": {"cache_skip_read": True, "cache_skip_write": True},
+        }
+        r = http.post(url, json=body)
+        r.raise_for_status()
+        out = r.json()["outputs"][0]
+        return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+    return call
+
+
 def _arm_calls(apps: dict[str, Any], http, direct_model, in_name: str, out_name: str,
                model: str, nowait: str, last: dict[str, Any]
                ) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
     """One call per arm (see the module's docstring); the handle arms leave the response's
     timings in ``last[model]``."""
-    from router.schemas import CacheControl, InferenceRequest
+    from router.schemas import CacheControl
 
     handle, colo, bare, chain = apps[APP], apps[COLO_APP], apps[BARE_APP], apps[CHAIN_APP]
     no_cache = CacheControl(skip_read=True, skip_write=True)
@@ -186,36 +225,7 @@ def _arm_calls(apps: dict[str, Any], http, direct_model, in_name: str, out_name:
         return chain.remote(x).result()
 
     def via_handle(model: str, app=handle) -> Callable[[np.ndarray], np.ndarray]:
-        def call(x: np.ndarray) -> np.ndarray:
-            resp = app.infer.remote(
-                InferenceRequest(model=model, inputs={in_name: x}, cache=no_cache)
-            ).result()
-            last[model] = resp.timings
-            return np.asarray(resp.outputs[out_name])
-
-        return call
-
-    def via_http(model: str) -> Callable[[np.ndarray], np.ndarray]:
-        url = f"/v2/models/{model}/infer"
-
-        def call(x: np.ndarray) -> np.ndarray:
-            body = {
-                "inputs": [
-                    {
-                        "name": in_name,
-                        "shape": list(x.shape),
-                        "datatype": "FP32",
-                        "data": x.ravel().tolist(),
-                    }
-                ],
-                "parameters": {"cache_skip_read": True, "cache_skip_write": True},
-            }
-            r = http.post(url, json=body)
-            r.raise_for_status()
-            out = r.json()["outputs"][0]
-            return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
-
-        return call
+        return _handle_call(app, model, in_name, out_name, no_cache, last)
 
     return {
         "direct": direct,
@@ -224,8 +234,8 @@ def _arm_calls(apps: dict[str, Any], http, direct_model, in_name: str, out_name:
         "handle": via_handle(model),
         "handle_nowait": via_handle(nowait),
         "handle_pool_deployment": via_handle(model, colo),
-        "http": via_http(model),
-        "http_nowait": via_http(nowait),
+        "http": _http_call(http, model, in_name),
+        "http_nowait": _http_call(http, nowait, in_name),
     }
 
 
@@ -251,6 +261,45 @@ def _start_apps(repo: Path, path: Path, threads: int, port: int) -> None:
     serve.run(_chain_app(str(path), threads), name=CHAIN_APP, route_prefix=None)
 
 
+def _recorder(arms: dict[str, Callable[[np.ndarray], np.ndarray]], last: dict[str, Any],
+              timed: dict[str, str]) -> tuple[Callable[[str, np.ndarray, bool], None],
+                                              dict[str, list[float]],
+                                              dict[str, list[tuple[float, float, float, float]]],
+                                              dict[str, int]]:
+    """``one(arm, x, record)`` for ``measure_rounds``: times one call, checks the answer against
+    the direct forward and, for the arms in ``timed`` (arm -> the model whose timings it leaves
+    in ``last``), keeps the response's timings; plus the samples, timings and mismatches it
+    fills."""
+    direct = arms["direct"]
+    samples: dict[str, list[float]] = {k: [] for k in arms}
+    timings: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in timed}
+    mismatches = {k: 0 for k in arms}
+
+    def one(arm: str, x: np.ndarray, record: bool) -> None:
+        t = time.perf_counter()
+        y = arms[arm](x)
+        dt = time.perf_counter() - t
+        if not np.allclose(y, direct(x), rtol=1e-4, atol=1e-5):
+            mismatches[arm] += 1
+        if record:
+            samples[arm].append(dt)
+            if arm in timings:
+                tm = last[timed[arm]]
+                timings[arm].append((dt * 1e3, tm.total_ms, tm.queue_ms, tm.compute_ms))
+
+    return one, samples, timings, mismatches
+
+
+def _repository(args: argparse.Namespace, tmp: Path) -> tuple[Path, str, Path, dict[str, Any]]:
+    """The temporary repository (the model and its no-wait copy), the model's file and config."""
+    source = (
+        Path(args.repository) if args.repository else (DEMO_REPO if DEMO_REPO.is_dir() else None)
+    )
+    repo, nowait = _prepare_repository(tmp, args.model, source)
+    path, cfg = _model_path(repo, args.model)
+    return repo, nowait, path, cfg
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import httpx
     import ray
@@ -261,11 +310,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     random.seed(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="timeshare-overhead-"))
-    source = (
-        Path(args.repository) if args.repository else (DEMO_REPO if DEMO_REPO.is_dir() else None)
-    )
-    repo, nowait = _prepare_repository(tmp, args.model, source)
-    path, cfg = _model_path(repo, args.model)
+    repo, nowait, path, cfg = _repository(args, tmp)
     spec = cfg["inputs"][0]
     in_name, in_shape = spec["name"], [int(d) for d in spec["shape"]]
     out_name = cfg["outputs"][0]["name"]
@@ -288,25 +333,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         last: dict[str, Any] = {}
         apps = {a: serve.get_app_handle(a) for a in (APP, COLO_APP, BARE_APP, CHAIN_APP)}
         arms = _arm_calls(apps, http, direct_model, in_name, out_name, args.model, nowait, last)
-        direct = arms["direct"]
-        samples: dict[str, list[float]] = {k: [] for k in arms}
-        timings: dict[str, list[tuple[float, float, float, float]]] = {
-            "handle": [],
-            "handle_nowait": [],
-        }
-        mismatches = {k: 0 for k in arms}
-
-        def one(arm: str, x: np.ndarray, record: bool) -> None:
-            t = time.perf_counter()
-            y = arms[arm](x)
-            dt = time.perf_counter() - t
-            if not np.allclose(y, direct(x), rtol=1e-4, atol=1e-5):
-                mismatches[arm] += 1
-            if record:
-                samples[arm].append(dt)
-                if arm in timings:
-                    tm = last[args.model if arm == "handle" else nowait]
-                    timings[arm].append((dt * 1e3, tm.total_ms, tm.queue_ms, tm.compute_ms))
+        one, samples, timings, mismatches = _recorder(
+            arms, last, {"handle": args.model, "handle_nowait": nowait})
 
         def row() -> np.ndarray:
             return rng.standard_normal([1, *in_shape]).astype(np.float32)
