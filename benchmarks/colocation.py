@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks._output import emit
+from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._zoo import ARCHS, build_repo
 
 
@@ -330,8 +330,10 @@ def _measure(args: argparse.Namespace) -> tuple[dict[float, dict], int, int, int
         repo.mkdir()
         model_bytes = build_repo(repo, args.models, args.arch)
         names = [f"m{i:02d}" for i in range(args.models)]
-        budget = args.models * model_bytes // 4
-        k = max(1, budget // model_bytes)
+        # K = a quarter of the models; half a model of headroom, as a model's device copy
+        # takes a few bytes more than build_repo counts (exactly K * bytes held K - 1)
+        k = max(1, args.models // 4)
+        budget = k * model_bytes + model_bytes // 2
         root = str(Path(__file__).resolve().parents[1])
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": root}})
@@ -345,7 +347,8 @@ def _measure(args: argparse.Namespace) -> tuple[dict[float, dict], int, int, int
 
 def main(argv: list[str] | None = None) -> dict:
     args = _parse_args(argv)
-    arms, model_bytes, budget, k = _measure(args)
+    with stdout_to_stderr():  # stdout keeps the one JSON object (Ray's driver writes there)
+        arms, model_bytes, budget, k = _measure(args)
     rows = [_compare(rate, arms[rate]["baseline"], arms[rate]["timeshare"],
                      arms[rate]["stock_hostram"]) for rate in args.rates]
     head = next(r for r in rows if r["rate_per_s"] == args.headline_rate)

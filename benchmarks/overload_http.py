@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._output import emit
+from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._overload_server import PATH, Server, infer_body, make_device_model
 
 MIX = {"realtime": 0.2, "interactive": 0.5, "batch": 0.3}
@@ -233,7 +233,8 @@ def main() -> None:
     from deploy.demo import build_demo_repository
 
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ts-ovl-") as tmp:
+    # stdout keeps the one JSON object (Ray's driver writes there)
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="ts-ovl-") as tmp:
         repo = Path(tmp) / "repo"
         if args.demo_repo:
             shutil.copytree(Path(args.demo_repo) / "iris-mlp2x16", repo / "iris-mlp2x16")
@@ -243,15 +244,16 @@ def main() -> None:
         if args.ray_only is not None:  # the Ray arms alone, at a capacity measured before
             arms = {m: _ray_arm(m, repo, Path(tmp), args=args, capacity=args.ray_only)
                     for m in args.ray_modes}
-            emit(_ray_only_result(arms, args, t0), args.json)
-            return
-        base = run_arm(repo, edge=False, args=args, capacity=None)
-        capacity = base["capacity_rps"]
-        edge = run_arm(repo, edge=True, args=args, capacity=capacity)
-        ray_arms: dict[str, Any] = {}
-        for mode in (args.ray_modes if args.ray else ()):
-            ray_arms[mode] = _ray_arm(mode, repo, Path(tmp), args=args, capacity=capacity)
-    emit(_result(base, edge, ray_arms, args, t0), args.json)
+            result = _ray_only_result(arms, args, t0)
+        else:
+            base = run_arm(repo, edge=False, args=args, capacity=None)
+            capacity = base["capacity_rps"]
+            edge = run_arm(repo, edge=True, args=args, capacity=capacity)
+            ray_arms: dict[str, Any] = {}
+            for mode in (args.ray_modes if args.ray else ()):
+                ray_arms[mode] = _ray_arm(mode, repo, Path(tmp), args=args, capacity=capacity)
+            result = _result(base, edge, ray_arms, args, t0)
+    emit(result, args.json)
 
 
 if __name__ == "__main__":
