@@ -77,7 +77,6 @@ class Alerter:
         self._retry_load_at: float | None = None  # monotonic; set while Redis was unreachable
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self._test_results: list[DeliveryResult] = []
         self.rejected = 0
         kw = {
@@ -112,7 +111,6 @@ class Alerter:
         """Load persisted state (falling back to memory) and start the background loop."""
         await self.load_state()
         if self._task is None:
-            self._stopping = False
             self._task = asyncio.get_running_loop().create_task(self.run(), name="alerter")
 
     async def load_state(self) -> None:
@@ -146,11 +144,9 @@ class Alerter:
 
     async def stop(self, *, drain_timeout: float = 5.0) -> None:
         """Stop the loop, give channels ``drain_timeout`` seconds to deliver, then close."""
-        # The flag, not only the cancel: a library under an await in the loop (a Redis client
-        # converting a cancel into its own error, say) can swallow the cancellation, and the
-        # loop would then outlive stop() and this wait would never end (a CI hang, 2026-11-24).
-        self._stopping = True
-        self._wake.set()
+        # cancel_and_wait cancels again while the loop runs on: a library under an await in it
+        # (a Redis client converting a cancel into its own error) can swallow one cancel, and
+        # the loop would then outlive stop() (a CI hang, 2026-11-24).
         await cancel_and_wait([self._task])
         self._task = None
         await self._save()
@@ -163,13 +159,11 @@ class Alerter:
 
     async def run(self) -> None:
         """Loop: flush due groups, then sleep until the next is due (at most ``tick_interval``)."""
-        while not self._stopping:
+        while True:
             try:
                 await self.step()
             except Exception:  # keep alerting alive whatever one step did
                 log.exception("alerter step failed")
-            if self._stopping:
-                return
             due = self.engine.next_due()
             wait = self.config.tick_interval
             if due is not None:

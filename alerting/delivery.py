@@ -132,7 +132,6 @@ class Channel(abc.ABC):
         self._bucket = TokenBucket(delivery.rate_per_s, delivery.burst, monotonic)
         self._queue: collections.deque[Notification] = collections.deque()
         self._wake = asyncio.Event()
-        self._closing = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
@@ -161,7 +160,6 @@ class Channel(abc.ABC):
         self._idle.clear()
         self._wake.set()
         if self._task is None or self._task.done():
-            self._closing = False
             self._task = asyncio.get_running_loop().create_task(
                 self._worker(), name=f"alert-{self.name}"
             )
@@ -180,8 +178,6 @@ class Channel(abc.ABC):
 
     async def close(self) -> None:
         """Stop the worker (pending notifications are abandoned and counted as dropped)."""
-        self._closing = True  # ends the loop even if a library under it swallows the cancel
-        self._wake.set()
         await cancel_and_wait([self._task])
         self._task = None
         self.stats.dropped += len(self._queue)
@@ -190,7 +186,7 @@ class Channel(abc.ABC):
 
     # -- internals ------------------------------------------------------------------------
     async def _worker(self) -> None:
-        while not self._closing:
+        while True:
             if not self._queue:
                 self._idle.set()
                 self._wake.clear()

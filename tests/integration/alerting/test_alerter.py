@@ -209,6 +209,14 @@ def _redis_or_skip() -> None:
         pytest.skip(f"needs a Redis server at {REDIS_URL} ({where}): {e}")
 
 
+async def restarted(cfg, clock: FakeClock) -> Alerter:
+    """A restarted replica: an empty engine, its state loaded from Redis."""
+    alerter = Alerter(cfg, clock=clock)
+    await alerter.load_state()
+    assert alerter.persistence == "redis"
+    return alerter
+
+
 @pytest.mark.redis
 async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> None:
     _redis_or_skip()
@@ -225,9 +233,7 @@ async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> N
         assert len(receiver.at("/pd")) == 1, pages(receiver)
         await first.stop()
 
-        second = Alerter(cfg, clock=clock)  # a restarted replica: empty engine, state in Redis
-        await second.load_state()
-        assert second.persistence == "redis"
+        second = await restarted(cfg, clock)
         second.submit(a)  # the rule re-fires the same alert
         await advance(second, clock, 30)
         assert len(receiver.at("/pd")) == 1, pages(receiver)  # not re-paged
@@ -235,9 +241,7 @@ async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> N
         await advance(second, clock, 1)
         await second.stop()
 
-        third = Alerter(cfg, clock=clock)
-        await third.load_state()
-        assert third.persistence == "redis"
+        third = await restarted(cfg, clock)
         third.submit(a)
         for _ in range(30):  # past repeat_interval: the acknowledgement survived too
             await advance(third, clock, 60)
@@ -288,9 +292,7 @@ async def test_redis_back_after_a_failed_start_gets_the_state(receiver: Receiver
         assert first.persistence == "redis"
         await first.stop()
 
-        second = Alerter(cfg, clock=clock)
-        await second.load_state()
-        assert second.persistence == "redis"
+        second = await restarted(cfg, clock)
         second.submit(a)
         await advance(second, clock, 30)
         assert len(receiver.at("/pd")) == 1, pages(receiver)  # the page survived the outage
