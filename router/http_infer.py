@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
+from router.decode_memo import DecodeMemo
 from router.edge import arrival_s, shed_reason
 from router.errors import InvalidRequest, TimeshareError
 from router.schemas import CacheControl, InferenceRequest
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from router.http import Frontend
 
 __all__ = ["InferEndpoint", "MAX_NAME_CHARS", "check_json_only", "check_name", "decode_infer",
-           "match_infer", "presented_key", "request_from_v2"]
+           "header_length", "match_infer", "presented_key", "request_from_v2"]
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +125,25 @@ def check_json_only(decoded: DecodedRequest) -> None:
                                  f"JSON only", field=f"outputs.{name}.parameters.binary_data")
 
 
-def decode_infer(name: str, version: str | None, body: bytes, headers: Headers, scope: Scope,
-                 *, stream: bool) -> tuple[DecodedRequest, InferenceRequest]:
-    """The request a v2 infer body asks for, with the edge's arrival stamp and shed mark
-    (the caller has checked the names already: before reading the body)."""
+def header_length(headers: Headers, *, stream: bool) -> int | None:
+    """The ``Inference-Header-Content-Length`` value (None: the body is all JSON)."""
     hl = headers.get(HEADER_LENGTH)
     if hl is not None and stream:
         raise InvalidRequest("Inference-Header-Content-Length: infer_stream takes JSON bodies "
                              "only", field="Inference-Header-Content-Length")
-    length = parse_decimal(hl, "Inference-Header-Content-Length") if hl is not None else None
-    decoded = decode_infer_request(body, length)
+    return parse_decimal(hl, "Inference-Header-Content-Length") if hl is not None else None
+
+
+def decode_infer(name: str, version: str | None, body: bytes, headers: Headers, scope: Scope,
+                 *, stream: bool, length: int | None = None,
+                 decode: Callable[[bytes, int | None], DecodedRequest] = decode_infer_request,
+                 ) -> tuple[DecodedRequest, InferenceRequest]:
+    """The request a v2 infer body asks for, with the edge's arrival stamp and shed mark
+    (the caller has checked the names already: before reading the body). ``length``: the
+    header's value when the caller has read it already; ``decode``: the body's decoder."""
+    if length is None:
+        length = header_length(headers, stream=stream)
+    decoded = decode(body, length)
     if stream:
         check_json_only(decoded)
     req = request_from_v2(name, version, decoded, caller_key=presented_key(headers))
@@ -147,10 +157,12 @@ async def _no_receive() -> MutableMapping[str, Any]:  # the body was read by the
 
 
 class InferEndpoint:
-    """``await endpoint(scope, body, send)``: answers a v2 infer request the edge has read."""
+    """``await endpoint(scope, body, send)``: answers a v2 infer request the edge has read.
+    Bodies answered from the exact cache are remembered decoded (``router.decode_memo``)."""
 
-    def __init__(self, front: Frontend) -> None:
+    def __init__(self, front: Frontend, memo: DecodeMemo | None = None) -> None:
         self.front = front
+        self.memo = memo if memo is not None else DecodeMemo()
 
     match = staticmethod(match_infer)
 
@@ -159,10 +171,13 @@ class InferEndpoint:
         try:
             check_name("model", name)
             check_name("version", version)
-            decoded, req = decode_infer(name, version, body, Headers(scope=scope), scope,
-                                        stream=False)
+            headers_in = Headers(scope=scope)
+            length = header_length(headers_in, stream=False)
+            decoded, req = decode_infer(name, version, body, headers_in, scope, stream=False,
+                                        length=length, decode=self.memo.decode)
             response = await self.front.infer(req)
             payload, headers = encode_infer_response(response, decoded)
+            self.memo.answered(body, length, decoded, response.cache)
         except TimeshareError as e:
             await JSONResponse(e.to_dict(), status_code=e.status_code)(scope, _no_receive, send)
             return

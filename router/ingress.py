@@ -89,10 +89,11 @@ class Ingress:
         self.telemetry.observe_breakers(lambda: {k: st.value.lower() for k, st in
                                                  self.breakers.states().items()})
         self.pipeline = self._build_pipeline(s)
+        self._infer_endpoint = InferEndpoint(self)
         self._app = mount_edge(build_http_app(self), settings=s.edge,
                                max_body_bytes=s.max_body_bytes,
                                default_deadline_ms=s.default_deadline_ms,
-                               infer=InferEndpoint(self))
+                               infer=self._infer_endpoint)
         self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
         if alerter is not None:
