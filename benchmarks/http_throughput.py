@@ -24,8 +24,9 @@ measured window answered.
 Targets (``meets_targets`` when all hold): HTTP p50 at concurrency 1 at most stock's + 1 ms;
 throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x stock's; knee at
 least stock's. Defaults are what ``make serve`` runs: Ray Serve's settings from
-``deploy.ray_env`` (throughput-optimized mode) for both apps alike, ``--ingress listener`` and a
-rate sweep from 250 to 4000 req/s. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve
+``deploy.ray_env`` (throughput-optimized mode) and Serve's logging config from
+``deploy/config.yaml`` (access log off; ``--access-log on``) for both apps alike, ``--ingress
+listener`` and a rate sweep from 250 to 4000 req/s. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve
 environment settings before Ray starts (``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` for Ray's defaults).
 ``--ingress direct`` turns on Ray Serve's direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``,
 also implied by throughput-optimized mode) and sends the HTTP arms to each app's ingress replica
@@ -58,7 +59,7 @@ from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._serve_net import free_port, replica_port
 from benchmarks._stock import serve_stock, stock_app
-from deploy.ray_env import ENV
+from deploy.ray_env import ENV, served_logging_config
 
 P99_LIMIT_MS = 100.0
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
@@ -222,9 +223,10 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
         listener_port = free_port()
         if args.ingress == "listener":
             ts_args["listener"] = {"port": listener_port}
-        serve.run(build_app(ts_args), name="timeshare", route_prefix="/")
+        logs = {"enable_access_log": _access_log(args)}
+        serve.run(build_app(ts_args), name="timeshare", route_prefix="/", logging_config=logs)
         serve.run(stock_app(str(path), threads, args.model), name="stock",
-                  route_prefix="/stock")
+                  route_prefix="/stock", logging_config=logs)
         ts_path = f"/v2/models/{args.model}/infer"
         ts_port = stock_port = port
         if args.ingress in ("direct", "listener"):
@@ -262,6 +264,13 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
         ray.shutdown()
     return {"http": http, "sweeps": sweeps, "handle": handle, "same": same,
             "ray": ray.__version__}
+
+
+def _access_log(args: argparse.Namespace) -> bool:
+    """``--access-log``, else ``make serve``'s setting (deploy/config.yaml) for both apps."""
+    if args.access_log is not None:
+        return bool(args.access_log == "on")
+    return bool(served_logging_config().get("enable_access_log", True))
 
 
 def _ray_env(args: argparse.Namespace) -> list[str]:
@@ -313,6 +322,7 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
         "model": args.model,
         "ray_env": _ray_env(args),
         "ingress": args.ingress,
+        "serve_access_log": _access_log(args),
         "forward_in_process": forward,
         "http": http,
         "client_overhead": {"null_c1_p50_ms": http["null"]["c1"]["p50_ms"],
@@ -379,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="HTTP through Serve's proxy, or straight to each app's replica port; "
                         "listener: Timeshare's arms to its own listener (router.listener), "
                         "stock's to its direct-ingress port")
+    p.add_argument("--access-log", choices=("on", "off"),
+                   help="Serve's access log in both apps (default: as deploy/config.yaml)")
     p.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     args = p.parse_args(argv)
     if args.quick:

@@ -31,8 +31,12 @@ make serve`` restores spinning.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-__all__ = ["ENV", "SERVE_ENV", "THREAD_ENV", "serve_environment"]
+__all__ = ["ENV", "SERVE_ENV", "THREAD_ENV", "serve_environment", "served_logging_config"]
+
+CONFIG = Path(__file__).with_name("config.yaml")
 
 SERVE_ENV: dict[str, str] = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}  # Ray Serve reads these
 THREAD_ENV: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}  # torch's OpenMP (libgomp) reads this
@@ -42,6 +46,15 @@ ENV: dict[str, str] = {**SERVE_ENV, **THREAD_ENV}
 def serve_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with Timeshare's settings (``ENV``) added where it does not set them."""
     return {**ENV, **environ}
+
+
+def served_logging_config() -> dict[str, Any]:
+    """The Timeshare application's Serve ``logging_config`` in ``deploy/config.yaml`` (what
+    ``make serve`` runs): benchmarks give their stock arms the same."""
+    import yaml
+
+    app = yaml.safe_load(CONFIG.read_text())["applications"][0]
+    return dict(app.get("logging_config") or {})
 
 
 if __name__ == "__main__":  # `export $(python -m deploy.ray_env)`

@@ -36,3 +36,15 @@ def test_the_callers_environment_wins() -> None:
     assert env["PATH"] == "/bin"
     assert all(env[k] == "x" for k in ENV)
     assert serve_environment({}) == ENV == {**SERVE_ENV, **THREAD_ENV}
+
+
+def test_make_serve_turns_serves_access_log_off_in_a_valid_config() -> None:
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    from deploy.ray_env import CONFIG, served_logging_config
+
+    schema = ServeDeploySchema.model_validate(yaml.safe_load(CONFIG.read_text()))
+    app = next(a for a in schema.applications if a.name == "timeshare")
+    assert app.logging_config is not None and app.logging_config.enable_access_log is False
+    assert served_logging_config() == {"enable_access_log": False}
