@@ -10,7 +10,13 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from router.listener import LISTENER_METRIC, Listener, ListenerSettings, start_listener
+from router.listener import (
+    LISTENER_METRIC,
+    CoalescingTransport,
+    Listener,
+    ListenerSettings,
+    start_listener,
+)
 from router.scaling import AutoscalingSettings, ingress_policy, replica_options
 
 
@@ -120,3 +126,93 @@ def test_autoscaled_ingress_uses_the_policy() -> None:
         "policy_function": "router.scaling:ingress_policy"}
     assert "policy" not in replica_options(1, auto)["autoscaling_config"]
 
+
+
+class _RecordingTransport(asyncio.Transport):
+    """A real ``asyncio.Transport`` that records what reaches it (no socket)."""
+
+    def __init__(self) -> None:
+        super().__init__(extra={"peername": ("127.0.0.1", 9)})
+        self.writes: list[bytes] = []
+        self.closed = self.aborted = False
+
+    def write(self, data) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def test_coalescing_transport_joins_headers_and_body_and_still_streams() -> None:
+    real = _RecordingTransport()
+    t = CoalescingTransport(real, asyncio.get_running_loop())
+    t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    t.write(bytearray(b"body"))
+    assert real.writes == [] and t.get_write_buffer_size() == 23  # held to the iteration's end
+    await asyncio.sleep(0)
+    assert real.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]  # in one call
+    t.write(b"chunk")  # a stream's next chunk leaves on the next iteration by itself
+    assert real.writes[1:] == []
+    await asyncio.sleep(0)
+    assert real.writes[1:] == [b"chunk"]
+    t.write(b"")
+    t.write(b"last")
+    t.close()  # closing sends what is held first
+    assert real.writes[2:] == [b"last"] and real.closed
+    assert t.get_extra_info("peername") == ("127.0.0.1", 9)  # the rest is the real transport's
+    other = _RecordingTransport()
+    t = CoalescingTransport(other, asyncio.get_running_loop())
+    t.write(b"dropped")
+    t.abort()
+    await asyncio.sleep(0)
+    assert other.writes == [] and other.aborted
+
+
+class _Streaming:
+    """Streams three chunks; the next one only after the client has read the previous."""
+
+    def __init__(self) -> None:
+        self.read = [asyncio.Event() for _ in range(3)]
+
+    async def __call__(self, scope, receive, send) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for i in range(3):
+            await send({"type": "http.response.body", "body": f"c{i};".encode(),
+                        "more_body": True})
+            await self.read[i].wait()
+        await send({"type": "http.response.body", "body": b"end"})
+
+
+async def test_the_listener_streams_chunk_by_chunk_and_closes_whole() -> None:
+    port = _free_port()
+    app = _Streaming()
+    listener = await start_listener(app, ListenerSettings(port=port))
+    assert listener is not None
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+            async with c.stream("POST", "/s", content=b"{}") as r:
+                got, i = b"", 0
+                async for part in r.aiter_raw():
+                    got += part
+                    while i < 3 and f"c{i};".encode() in got:  # a chunk held back would hang
+                        app.read[i].set()
+                        i += 1
+            assert got == b"c0;c1;c2;end"
+            one = _App("whole")  # a response before the server closes the connection
+            await listener.stop()
+            listener = await start_listener(one, ListenerSettings(port=port))
+            r = await c.post("/x", content=b"{}", headers={"connection": "close"})
+            assert r.text == "whole"
+    finally:
+        assert listener is not None
+        await listener.stop()
