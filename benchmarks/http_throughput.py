@@ -26,8 +26,9 @@ throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x 
 least stock's. Defaults are what ``make serve`` runs: Ray Serve's settings from
 ``deploy.ray_env`` (throughput-optimized mode) and Serve's logging config from
 ``deploy/config.yaml`` (access log off; ``--access-log on``) for both apps alike, ``--ingress
-listener`` and a rate sweep from 250 to 4000 req/s. ``--ray-env KEY=VALUE`` (repeatable) sets Ray Serve
-environment settings before Ray starts (``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` for Ray's defaults).
+listener`` and a rate sweep from 250 to 4000 req/s. ``--ray-env KEY=VALUE`` (repeatable) sets Ray
+Serve environment settings before Ray starts (``RAY_SERVE_THROUGHPUT_OPTIMIZED=0`` for Ray's
+defaults).
 ``--ingress direct`` turns on Ray Serve's direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``,
 also implied by throughput-optimized mode) and sends the HTTP arms to each app's ingress replica
 on its own port (read from the controller's target groups) instead of through Serve's proxy: the

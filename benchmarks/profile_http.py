@@ -51,7 +51,7 @@ MARKERS = {
     "device worker loop": ("pool/_private/worker.py", "pool/_private/queue.py"),
     "scheduling policy": ("policies/scheduling.py",),
     "chunk runner / forward": ("pool/_private/chunk.py",),
-    "torch forward": ("torch/jit", "_call_impl", "forward ("),
+    "torch forward": ("torch/jit", "torch/nn/modules", ".forward ("),  # not "_forward ("
     "pydantic": ("pydantic",),
     "json": ("json/", "orjson"),
     "starlette / fastapi": ("starlette", "fastapi"),
