@@ -31,6 +31,9 @@ __all__ = ["PoolService", "cpu_threads_per_replica"]
 log = logging.getLogger(__name__)
 
 
+CLOSE_WAIT_S = 10.0  # close() waits this long for the poller's sync in flight
+
+
 def cpu_threads_per_replica(replicas: int) -> int:
     """Usable cores / replicas (at least one), so replicas don't oversubscribe the CPU.
 
@@ -60,6 +63,7 @@ class PoolService:
         self.control = ControlFile(state_dir)
         self._poll_s = poll_interval_s
         self._poller: asyncio.Task | None = None
+        self._closing = False  # stops the poller even if a cancel is swallowed under sync()
 
     async def start(self) -> None:
         """Load the repository once, then keep polling it in the background."""
@@ -71,7 +75,7 @@ class PoolService:
         await self.host.sync()
 
     async def _poll(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self._poll_s)
             try:
                 await self.sync()
@@ -107,8 +111,12 @@ class PoolService:
         return self.host.worker.counters()
 
     async def close(self) -> None:
+        """Stop polling (waiting for a sync in flight, at most ``CLOSE_WAIT_S``), then close the
+        worker: a sync still running would otherwise load into a closed worker."""
+        self._closing = True
         if self._poller is not None:
             self._poller.cancel()
+            await asyncio.wait({self._poller}, timeout=CLOSE_WAIT_S)
         await self.host.worker.close()
         if self.pinning is not None:
             self.pinning.release()
