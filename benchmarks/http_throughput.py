@@ -58,7 +58,7 @@ import torch
 
 from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
-from benchmarks._serve_net import free_port, replica_port
+from benchmarks._serve_net import free_port, replica_port, wait_serving
 from benchmarks._stock import serve_stock, stock_app
 from deploy.ray_env import ENV, served_logging_config
 
@@ -246,7 +246,7 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
             p, route, body = targets[arm]
             return client.submit(run_load, LoadSpec("127.0.0.1", p, route, body, **kw)).result()
 
-        _wait_ready(load)
+        wait_serving(lambda: load("timeshare", duration_s=0.2, warmup_s=0.0), "timeshare")
         answers = {a: json.loads(load(a, duration_s=0.5, warmup_s=0.5)["body"])
                    for a in ("timeshare", "timeshare_hit", "stock")}
         same = {a: bool(np.allclose(answers[a]["outputs"][0]["data"],
@@ -358,21 +358,6 @@ def _handle_ratios(handle: dict) -> dict[str, float]:
     return {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
             "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
                                              / stock["c16"]["throughput_rps"], 3)}
-
-
-def _wait_ready(load, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    last = "no answer"
-    while time.monotonic() < deadline:
-        try:
-            r = load("timeshare", duration_s=0.2, warmup_s=0.0)
-            if r["latencies_s"]:
-                return
-            last = "; ".join(r["errors"]) or last
-        except Exception as e:  # noqa: BLE001 - the proxy or the app is still starting
-            last = f"{type(e).__name__}: {e}"
-        time.sleep(0.5)
-    raise TimeoutError(f"timeshare app not serving within {timeout_s:.0f}s ({last})")
 
 
 def main(argv: list[str] | None = None) -> None:
