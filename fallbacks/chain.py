@@ -161,7 +161,8 @@ class Attempt:
 @dataclass(frozen=True, slots=True)
 class ChainResult:
     """The answer. ``degraded`` answers carry ``served_by`` and the first failure as ``reason``;
-    ``reply`` is the model call's reply when a model answered (None for rules and defaults)."""
+    ``reply`` is the model call's reply and ``pool`` the pool that ran it when a model answered
+    (both None for rules and defaults)."""
 
     outputs: Mapping[str, Any]
     served_by: str
@@ -172,6 +173,7 @@ class ChainResult:
     attempts: tuple[Attempt, ...]
     elapsed_s: float
     reply: ModelReply | None = None
+    pool: str | None = None
 
 
 # outputs, served_by, model, version, and the model's reply (None for local steps)
@@ -266,6 +268,7 @@ class ChainRunner:
                     attempts=tuple(attempts),
                     elapsed_s=self._clock() - t0,
                     reply=reply,
+                    pool=target.pool if target is not None else None,
                 )
         raise self._exhausted(request, deadline, attempts, reason, bool(chain))
 

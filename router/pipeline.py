@@ -84,6 +84,7 @@ class _Answer(CachedAnswer):
     degraded: bool = False
     reason: str | None = None
     timings: Timings | None = None
+    pool: str | None = None
 
 
 class Pipeline:
@@ -223,7 +224,8 @@ class Pipeline:
             request_id=req.request_id, model=model, version=answer.version or version,
             outputs=dict(answer.outputs), served_by=answer.served_by,
             degraded=getattr(answer, "degraded", False), reason=getattr(answer, "reason", None),
-            cache=outcome.tier, similarity=outcome.similarity, timings=timings, route=None,
+            cache=outcome.tier, similarity=outcome.similarity, timings=timings,
+            pool=getattr(answer, "pool", None), route=None,
             final=True, caller=req.caller, caller_verified=req.caller_verified,
         )
 
@@ -253,7 +255,7 @@ class Pipeline:
         return _Answer(outputs=_broadcast(res.outputs, rows, work.config),
                        served_by=res.served_by,
                        version=res.version, degraded=res.degraded, reason=res.reason,
-                       timings=timings)
+                       timings=timings, pool=res.pool)
 
     def _admission(self, pool: str, priority: Priority, deadline: Deadline) -> str | None:
         """The shed reason, or None to admit (pure decision in policies.admission)."""

@@ -162,6 +162,9 @@ class InferenceResponse(BaseModel):
     cache: Literal["miss", "memory", "redis", "semantic", "bypass", "off"] = "off"
     similarity: float | None = None
     timings: Timings = Field(default_factory=Timings)
+    pool: str | None = Field(
+        None, description="The pool whose model computed this answer ('gpu' or 'cpu'); None "
+        "when none did for this request (a cache hit, rules, a default).")
     route: RouteInfo | None = None
     final: bool = Field(True, description="False for the early answer of fast-then-refine.")
     caller: str = Field(ANONYMOUS, description="Who was billed: the request's caller.")

@@ -27,9 +27,9 @@ class TelemetryRecorder(Recorder):
             model=response.model, route=response.route.route if response.route else "",
             served_by=response.served_by, cache=_CACHE_LABEL.get(response.cache, "miss"),
             degraded=response.degraded, duration_s=elapsed_s)
-        if response.timings.queue_ms:
+        if response.timings.queue_ms and response.pool is not None:
             self._t.record_queue_delay(model=response.model, priority=request.priority.label,
-                                       device=response.served_by.split(":")[0],
+                                       device=response.pool,
                                        delay_s=response.timings.queue_ms / 1e3)
 
 

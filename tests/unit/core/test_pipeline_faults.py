@@ -14,35 +14,10 @@ import pytest
 
 from fallbacks import CallerQuotas, QuotaConfig
 from policies.priority import Priority
-from pool._private.worker import DeviceWorker
-from pool.device import DeviceSpec
-from pool.host import ModelHost
-from pool.repository import ModelRepository
-from router.catalog import ModelCatalog
 from router.errors import InvalidRequest, QuotaExceeded
 from router.pipeline import Pipeline, PipelineConfig
-from router.pool_client import LocalPoolClient
 from router.schemas import InferenceRequest
-
-MB = 1 << 20
-
-
-@pytest.fixture
-async def host(demo_repo_master):
-    h = ModelHost(ModelRepository(demo_repo_master),
-                  DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=256 * MB)))
-    await h.sync()
-    assert h.index()["digits-small"].ready
-    yield h
-    await h.worker.close()
-
-
-def _pipeline(host: ModelHost, **kw) -> Pipeline:
-    async def fetch():
-        return host.index()
-
-    catalog = ModelCatalog(fetch)
-    return Pipeline(catalog, {"cpu": LocalPoolClient(host)}, **kw)
+from tests.unit.core.conftest import local_pipeline as _pipeline
 
 
 def _request(i: int, **kw) -> InferenceRequest:
