@@ -4,7 +4,8 @@ their CPU. Not a benchmark (no baseline): the evidence behind docs/PERFORMANCE.m
     python -m benchmarks.profile_http --json out.json [--seconds 15] [--concurrency 16]
         [--hit] [--svg-dir DIR] [--ray-env KEY=VALUE ...]
 
-Starts the same ``timeshare`` app as ``benchmarks.http_throughput`` (test environment), drives
+Starts the same ``timeshare`` app as ``benchmarks.http_throughput`` (test environment, under
+the same ``make serve`` settings from ``deploy.ray_env``), drives
 ``POST /v2/models/digits-small/infer`` closed loop from a separate client process and records
 the ingress replica and the Serve proxy with ``py-spy record`` (``--idle`` off: CPU samples only,
 so the shares are of CPU time). Prints, per process, the share of samples whose stack passes
@@ -33,7 +34,7 @@ import numpy as np
 from benchmarks._http_client import LoadSpec, run_load
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._serve_net import free_port
-from benchmarks.http_throughput import _body, _repository
+from benchmarks.http_throughput import _body, _ray_env, _repository
 
 # Substrings of "function (file)" frames that mark a stage of the request path.
 MARKERS = {
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     repo, _, cfg = _repository(tmp, args.model)
     in_name, shape = cfg["inputs"][0]["name"], [int(d) for d in cfg["inputs"][0]["shape"]]
     x = np.random.default_rng(0).standard_normal([1, *shape]).astype(np.float32)
-    for kv in args.ray_env:
+    for kv in _ray_env(args):
         k, _, v = kv.partition("=")
         os.environ[k] = v
     client = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     lat = np.asarray(load["latencies_s"]) * 1e3
     return {"benchmark": "profile_http", "model": args.model, "cache_hit": args.hit,
             "concurrency": args.concurrency, "seconds": args.seconds,
-            "ray_env": list(args.ray_env), "listener": args.listener,
+            "ray_env": _ray_env(args), "listener": args.listener,
             "warm_n": len(warm["latencies_s"]),
             "load": {"n": int(lat.size), "rps": round(lat.size / spec.duration_s, 1),
                      "p50_ms": round(float(np.percentile(lat, 50)), 3) if lat.size else None},
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--listener", action="store_true",
                    help="drive Timeshare's own listener port instead of Serve's")
     p.add_argument("--svg-dir", help="keep the collapsed stacks here (for flamegraph tools)")
-    p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="on top of deploy.ray_env's settings (make serve's), as http_throughput")
     args = p.parse_args(argv)
     with stdout_to_stderr():
         result = run(args)
