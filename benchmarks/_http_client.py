@@ -9,18 +9,24 @@ Closed loop: ``concurrency`` connections, each sending its next request when the
 answer arrived. Open loop: requests start at Poisson arrival times at ``rate`` per second, on
 any idle connection (new ones opened as needed, up to ``max_connections``); latency is measured
 from the scheduled start, so a client or server that falls behind is charged for it.
+
+Only model answers count: a 200 whose body says ``"degraded":true`` (Timeshare's labelled
+fallback, e.g. a request shed under overload) is counted in ``n_degraded``, not in the latencies,
+so an arm cannot look faster or keep up with a higher rate by answering with fallbacks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass
 
 __all__ = ["LoadSpec", "null_server", "run_load"]
 
 _NULL_BODY = b'{"model_name":"null","outputs":[]}'
+_DEGRADED = re.compile(rb'"degraded":\s*true')  # Timeshare's v2 parameters (orjson or json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +86,11 @@ async def _closed(spec: LoadSpec, raw: bytes) -> dict:
     stop = measure_from + spec.duration_s
     lat: list[float] = []
     errors: list[str] = []
+    degraded = 0
     last_body: list[bytes] = []
 
     async def worker() -> None:
+        nonlocal degraded
         reader, writer = await asyncio.open_connection(spec.host, spec.port)
         try:
             while (t0 := time.perf_counter()) < stop:
@@ -90,7 +98,11 @@ async def _closed(spec: LoadSpec, raw: bytes) -> dict:
                 t1 = time.perf_counter()
                 if status != 200:
                     errors.append(f"HTTP {status}: {body[:200]!r}")
-                elif t0 >= measure_from:
+                elif t0 < measure_from:
+                    pass
+                elif _DEGRADED.search(body):
+                    degraded += 1
+                else:
                     lat.append(t1 - t0)
                     if not last_body:
                         last_body.append(body)
@@ -99,7 +111,8 @@ async def _closed(spec: LoadSpec, raw: bytes) -> dict:
 
     await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
     return {"latencies_s": lat, "errors": errors[:5], "n_errors": len(errors),
-            "duration_s": spec.duration_s, "body": (last_body or [b""])[0].decode()}
+            "n_degraded": degraded, "duration_s": spec.duration_s,
+            "body": (last_body or [b""])[0].decode()}
 
 
 async def _open(spec: LoadSpec, raw: bytes) -> dict:
@@ -109,13 +122,14 @@ async def _open(spec: LoadSpec, raw: bytes) -> dict:
     opened = 0
     lat: list[float] = []
     errors: list[str] = []
+    degraded = 0
     tasks: set[asyncio.Task] = set()
     start = time.perf_counter()
     measure_from = start + spec.warmup_s
     stop = measure_from + spec.duration_s
 
     async def one(scheduled: float) -> None:
-        nonlocal opened
+        nonlocal opened, degraded
         if idle:
             conn = idle.pop()
         elif opened < spec.max_connections:
@@ -135,7 +149,11 @@ async def _open(spec: LoadSpec, raw: bytes) -> dict:
         idle.append(conn)
         if status != 200:
             errors.append(f"HTTP {status}: {body[:200]!r}")
-        elif scheduled >= measure_from:
+        elif scheduled < measure_from:
+            pass
+        elif _DEGRADED.search(body):
+            degraded += 1
+        else:
             lat.append(t1 - scheduled)
 
     t = start
@@ -154,7 +172,7 @@ async def _open(spec: LoadSpec, raw: bytes) -> dict:
     for _, w in idle:
         w.close()
     return {"latencies_s": lat, "errors": errors[:5], "n_errors": len(errors),
-            "duration_s": spec.duration_s, "scheduled": scheduled}
+            "n_degraded": degraded, "duration_s": spec.duration_s, "scheduled": scheduled}
 
 
 def _loop_policy() -> None:

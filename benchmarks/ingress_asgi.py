@@ -8,6 +8,9 @@ does: in-process CPU pool on its device thread, edge on) over ``digits-small`` a
 app directly from ``--concurrency`` tasks on one uvloop loop, cache bypassed and then as a cache
 hit. Reports requests/s and CPU µs per request (wall time over requests, one loop); with
 ``--profile`` the top cProfile entries by self time (profiling roughly doubles every figure).
+Runs under ``make serve``'s thread settings (``deploy.ray_env.THREAD_ENV``, e.g.
+``OMP_WAIT_POLICY=PASSIVE``) unless the environment sets them, so its figures compare with the
+served ones; they are reported as ``thread_env``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import argparse
 import asyncio
 import cProfile
 import io
+import os
 import pstats
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._output import emit, stdout_to_stderr
+from deploy.ray_env import THREAD_ENV
 
 PATH = "/v2/models/digits-small/infer"
 
@@ -98,6 +104,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     x = np.random.default_rng(0).standard_normal([1, 64]).astype(np.float32)
     return {"benchmark": "ingress_asgi", "concurrency": args.concurrency,
             "seconds": args.seconds,
+            "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
             "cache_bypassed": await _arm(app, _body("pixels", x, bypass=True), args),
             "cache_hit": await _arm(app, _body("pixels", x, bypass=False), args)}
 
@@ -109,6 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
+    if "torch" in sys.modules:  # libgomp reads its settings once, when torch loads
+        raise RuntimeError("ingress_asgi must set the thread environment before torch loads")
+    for k, v in THREAD_ENV.items():
+        os.environ.setdefault(k, v)
     try:
         import uvloop
         uvloop.install()
