@@ -23,10 +23,15 @@ import re
 import time
 from dataclasses import dataclass
 
-__all__ = ["LoadSpec", "null_server", "run_load"]
+__all__ = ["LoadSpec", "is_degraded", "null_server", "run_load"]
 
 _NULL_BODY = b'{"model_name":"null","outputs":[]}'
 _DEGRADED = re.compile(rb'"degraded":\s*true')  # Timeshare's v2 parameters (orjson or json)
+
+
+def is_degraded(body: bytes) -> bool:
+    """Does this answer carry Timeshare's degraded label (a fallback, not the model)?"""
+    return _DEGRADED.search(body) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +105,7 @@ async def _closed(spec: LoadSpec, raw: bytes) -> dict:
                     errors.append(f"HTTP {status}: {body[:200]!r}")
                 elif t0 < measure_from:
                     pass
-                elif _DEGRADED.search(body):
+                elif is_degraded(body):
                     degraded += 1
                 else:
                     lat.append(t1 - t0)
@@ -151,7 +156,7 @@ async def _open(spec: LoadSpec, raw: bytes) -> dict:
             errors.append(f"HTTP {status}: {body[:200]!r}")
         elif scheduled < measure_from:
             pass
-        elif _DEGRADED.search(body):
+        elif is_degraded(body):
             degraded += 1
         else:
             lat.append(t1 - scheduled)

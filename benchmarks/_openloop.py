@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Any
 
+from benchmarks._http_client import is_degraded
+
 __all__ = ["Client"]
 
 
@@ -93,7 +95,7 @@ class Client:
 
 
 def _labels(status: int, body: bytes) -> tuple[bool, bool]:
-    degraded = b'"degraded":true' in body or b'"degraded": true' in body
+    degraded = is_degraded(body)
     shed = status in (429, 503) or (degraded and b"shed" in body)
     return degraded, shed
 
