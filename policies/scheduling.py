@@ -179,6 +179,15 @@ class SchedulingPolicy(ABC):
             live.setdefault(m.key, []).append(r)
         return expired, live
 
+    def keeps_on_arrival(self, *, now: float, deadline: float | None, backlog_s: float,
+                         pace: float) -> bool:
+        """Whether :meth:`triage` would keep an arrival whatever its rank: it meets its deadline
+        behind ``backlog_s``, all the work queued on the device (its own included; an upper
+        bound of what any ranking puts ahead of it). Then the worker skips the triage it would
+        otherwise run on an arrival during a chunk, and requests the arrival pushes past their
+        deadlines expire at the next decision, as any arrival between chunks leaves them."""
+        return deadline is None or now + backlog_s * pace < deadline
+
     def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
         expired, live = self.triage(snap)
         by_key = {m.key: m for m in snap.models}

@@ -127,6 +127,20 @@ class QueueState:
             ))
         return tuple(models)
 
+    def backlog_s(self, *, resident, swap_cost_s, stale) -> float:
+        """All queued work as :meth:`model_views` would estimate it (each model's remaining rows
+        times its cost per row, plus its swap-in unless resident), without building the views:
+        a bound for ``SchedulingPolicy.keeps_on_arrival``. Cancelled requests still count."""
+        total = 0.0
+        for key, entry in self.models.items():
+            if not entry.queue:
+                continue
+            name = str(key)
+            row_s = INITIAL_ROW_S if stale(entry) else entry.ewma_row_s
+            total += (sum(p.rows - p.done for p in entry.queue) * row_s
+                      + (0.0 if resident(name) else swap_cost_s(name)))
+        return total
+
     def chosen(self, d: ScheduleDecision) -> list[Pending]:
         """The decision's requests, in the decision's order."""
         entry = self.entry(d.model or "")

@@ -165,11 +165,14 @@ class DeviceWorker:
         if not inputs:
             raise ValueError("inputs must name at least one tensor")
         fut = asyncio.get_running_loop().create_future()
-        self.queues.submit(key, inputs, priority, deadline, self._clock(), fut)
+        now = self._clock()
+        self.queues.submit(key, inputs, priority, deadline, now, fut)
         self._ensure_loop()
-        if self._running:
+        if self._running and not self.policy.keeps_on_arrival(
+                now=now, deadline=deadline, backlog_s=self._backlog_s(), pace=self.pace.factor):
             # The loop is inside a chunk: triage now rather than after it, so a request that
-            # cannot make it is refused on arrival even behind a long chunk or swap-in.
+            # cannot make it is refused on arrival even behind a long chunk or swap-in. (One
+            # that makes it behind all the queued work is kept by any ranking: no triage.)
             self._triage_now()
         self._wakeup.set()
         return await fut
@@ -226,6 +229,10 @@ class DeviceWorker:
     def _stale(self, entry: ModelQueue) -> bool:
         return (entry.measured_at is not None
                 and self._clock() - entry.measured_at > self._estimate_ttl_s)
+
+    def _backlog_s(self) -> float:
+        return self.queues.backlog_s(resident=self.tiers.is_resident,
+                                     swap_cost_s=self._loads.swap_cost_s, stale=self._stale)
 
     def snapshot(self) -> SchedulerSnapshot:
         """The queues as the scheduling policy sees them (see ``QueueState.model_views``)."""
