@@ -241,7 +241,8 @@ class LoadTestConfig(BaseModel):
     )
     lag_warn_ms: float = Field(
         2.0, gt=0, description="A send later than this after its planned time counts as lagging; "
-        "the generator is behind when its lag p99 exceeds it."
+        "the generator is behind when its lag p99 exceeds it, and a stability window is when its "
+        "lag p99 does with at least two late sends."
     )
     workers: int | None = Field(
         None, ge=1, le=64, description="Generator processes for an HTTP target, each open loop "

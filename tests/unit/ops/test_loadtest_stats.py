@@ -114,3 +114,16 @@ def test_knee_is_last_passing_rate_and_where_latency_turns_up() -> None:
     assert find_knee(saturating, knee_factor=2.0, min_ratio=0.95)["latency_knee_rps"] == 20
     failing = [_run(10, 10, False), _run(20, 11, True)]
     assert find_knee(failing, knee_factor=2.0, min_ratio=0.95)["slo_knee_rps"] is None
+
+
+def test_one_late_send_in_a_small_window_does_not_mark_it_behind() -> None:
+    """At 25 sends a window's lag p99 is its maximum: one hiccup is not the generator behind."""
+    c = cfg(arrival={"rate": 25})
+    late_at = {1.52: 0.004, 2.2: 0.004, 2.6: 0.004}  # one in [1, 2), two in [2, 3)
+    samples = [sample(t, 0.01 + lag, lag=lag) for t in np.arange(1.0, 5.0, 0.04).round(2)
+               for lag in [late_at.get(float(t), 0.0)]]
+    wins = windows(samples, start_s=1, duration_s=3, window_s=1, lag_warn_ms=2.0)
+    assert [w["late_sends"] for w in wins] == [1, 2, 0]
+    assert wins[0]["lag_p99_ms"] > 2.0  # the p99 of 25 sends is the late one
+    gen = summarize_run(samples, cfg=c, rate=25)["generator"]
+    assert gen["behind_windows"] == [2.0]
