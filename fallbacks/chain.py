@@ -35,6 +35,7 @@ from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rule_engine import RuleEngine
 from fallbacks.throttle import AdaptiveThrottle
 from pool.config import FallbackStep
+from pool.errors import RequestExpired
 from pool.trust import ModuleAllowlist
 
 __all__ = ["Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep", "ModelExecutor",
@@ -337,18 +338,15 @@ class ChainRunner:
             outcome = f"error: {type(e).__name__}"
         except asyncio.TimeoutError:
             outcome = "timeout"
+        except RequestExpired:  # refused unrun behind the queue: load for the throttle, not a
+            if breaker is not None:  # fault (an overloaded pool would open its breaker)
+                breaker.release()
+            breaker, outcome = None, "error: RequestExpired"
         except Exception as e:  # noqa: BLE001 - any model failure degrades
             outcome = f"error: {type(e).__name__}"
         else:
-            elapsed = self._clock() - t0
-            if breaker is not None:
-                breaker.on_success(elapsed)
-            if throttle is not None:
-                throttle.on_accepted()
-            version = reply.version or target.version
-            attempts.append(Attempt(_label(prefix, target.model, version), "ok", elapsed))
-            return (reply.outputs, _label(prefix, target.model, version), target.model, version,
-                    reply)
+            return self._answered(reply, self._clock() - t0, breaker, throttle, prefix, target,
+                                  attempts)
         elapsed = self._clock() - t0
         if breaker is not None:
             breaker.on_error(elapsed)
@@ -356,6 +354,18 @@ class ChainRunner:
             throttle.on_rejected()
         attempts.append(Attempt(label, outcome, elapsed))
         return None
+
+    @staticmethod
+    def _answered(reply: ModelReply, elapsed: float, breaker: CircuitBreaker | None,
+                  throttle: AdaptiveThrottle | None, prefix: str, target: Target,
+                  attempts: list[Attempt]) -> _StepAnswer:
+        if breaker is not None:
+            breaker.on_success(elapsed)
+        if throttle is not None:
+            throttle.on_accepted()
+        version = reply.version or target.version
+        attempts.append(Attempt(_label(prefix, target.model, version), "ok", elapsed))
+        return reply.outputs, _label(prefix, target.model, version), target.model, version, reply
 
     async def _local(
         self,

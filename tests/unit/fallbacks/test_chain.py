@@ -23,11 +23,13 @@ from fallbacks.pool_throttle import PoolThrottles
 from fallbacks.request import FallbackRequest
 from fallbacks.rules import RuleConfigError
 from pool.config import FallbackStep
+from pool.errors import RequestExpired
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
 
 
 class FakeExecutor(ModelExecutor):
-    """Each (model, pool) behaves as scripted: 'ok', 'hang', 'raise', 'unavailable', 'bad-input'."""
+    """Each (model, pool) behaves as scripted: 'ok', 'hang', 'raise', 'unavailable', 'bad-input',
+    'expired' (the pool refused it unrun)."""
 
     def __init__(self, behaviour: dict[tuple[str, str], str], answer_s: float = 0.002) -> None:
         self.behaviour = behaviour
@@ -51,6 +53,8 @@ class FakeExecutor(ModelExecutor):
             raise RuntimeError("CUDA error: device-side assert")
         if what == "unavailable":
             raise ServiceUnavailable("replica gone")
+        if what == "expired":
+            raise RequestExpired(f"{model}: deadline cannot be met (not run)")
         if what == "bad-input":
             raise InvalidRequest("inputs.x: wrong shape", field="inputs.x")
         return ModelReply({"y": np.array([[1.0]]), "who": np.array([model])}, version or "7")
@@ -212,6 +216,27 @@ async def test_open_breaker_skips_the_step_and_timeouts_feed_it():
     # the skipped primary spent nothing: 'small' got half of (1000 - 5) ms, not half of what a
     # timed-out primary would have left (~250 ms)
     assert ex.calls[0][3] > 0.4
+
+
+async def test_refusals_for_load_back_off_the_throttle_but_never_open_the_breaker():
+    """A pool that refuses work it cannot finish in time (RequestExpired) is overloaded, not
+    broken: its breaker opening would send every request to the fallback while it is open."""
+    reg = BreakerRegistry(BreakerConfig(sliding_window_size=2, minimum_number_of_calls=2,
+                                        wait_duration_in_open_state_s=60))
+    th = PoolThrottles(k=2.0, clock=lambda: 0.0, rng=lambda: 1.0)  # never draws a rejection
+    ex = FakeExecutor({("big", "gpu"): "expired"})
+    r = runner(ex, breakers=reg, throttles=th)
+    for _ in range(4):
+        res = await r.run(REQ, deadline=Deadline.after_ms(1000), chain=CHAIN,
+                          primary=Target("big"))
+        assert (res.served_by, res.degraded) == ("model:small@1", True)
+        assert res.attempts[0].outcome == "error: RequestExpired"
+    assert reg.get("big", "gpu").state is BreakerState.CLOSED
+    assert th.throttle("big", "gpu").reject_probability() > 0  # 4 requests, 0 accepted
+    ex.behaviour[("big", "gpu")] = "raise"  # a fault still opens it
+    for _ in range(2):
+        await r.run(REQ, deadline=Deadline.after_ms(1000), chain=CHAIN, primary=Target("big"))
+    assert reg.get("big", "gpu").state is BreakerState.OPEN
 
 
 async def test_throttled_model_is_skipped_and_other_models_on_its_pool_are_not():
