@@ -40,6 +40,7 @@ __all__ = [
     "EdgeSnapshot",
     "body_wait_s",
     "decide_edge",
+    "fallback_affordable",
     "predicted_delay_s",
     "retry_after_s",
 ]
@@ -166,6 +167,24 @@ def decide_edge(snapshot: EdgeSnapshot, *, priority: Priority, elapsed_s: float,
         return EdgeDecision(False, "would_miss_deadline", delay,
                             retry_after_s=retry_after_s(snapshot))
     return EdgeDecision(True, None, delay)
+
+
+def fallback_affordable(*, loop_busy: float, max_loop_busy: float) -> bool:
+    """Whether a shed request may still be answered by its fallback (the pipeline's cache hit or
+    local steps) instead of 503 with Retry-After.
+
+    A fallback answer costs the ingress about half of a model answer's CPU: decode, pipeline,
+    recorders, encode. A 503 at the edge costs about a tenth. While the device is the
+    bottleneck, the ingress has CPU to spare and every shed request gets its labelled answer.
+    Once the ingress's event loop thread is saturated (``loop_busy``, its busy share of a
+    core, see ``router.loop_load``), each fallback answer takes capacity from the requests let
+    through. Under twice its capacity, a CPU-bound ingress then served under a tenth of its
+    capacity in model answers. Past ``max_loop_busy``, shed requests get the 503.
+
+    >>> fallback_affordable(loop_busy=0.5, max_loop_busy=0.8)
+    True
+    """
+    return loop_busy <= max_loop_busy
 
 
 def body_wait_s(*, received: int, elapsed_s: float, config: EdgeConfig) -> float:

@@ -15,6 +15,9 @@ Mounted around the HTTP app (``mount_edge``), it:
    ``policies.edge.decide_edge`` whether to let it through: overload sheds the lowest classes
    first, and a request that cannot meet its deadline given the measured queue delay is answered
    at once, 503 with ``Retry-After`` and the app's error shape ``{"error", "type", "field"}``.
+   With ``shed_to_fallback`` a shed request goes on, marked, for its labelled cache hit or
+   fallback, unless the ingress's own event loop is saturated (``router.loop_load``): then that
+   answer would cost CPU that the admitted requests need, and it gets the 503.
 
 Not covered here, said plainly: time spent in Ray Serve's proxy and its queue in front of the
 ingress replica is before this code runs (bounded by the ingress's ``max_ongoing_requests`` and
@@ -32,9 +35,16 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.edge import EdgeConfig, EdgeSnapshot, body_wait_s, decide_edge
+from policies.edge import (
+    EdgeConfig,
+    EdgeSnapshot,
+    body_wait_s,
+    decide_edge,
+    fallback_affordable,
+)
 from policies.priority import PRIORITIES, Priority, parse_priority
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
+from router.loop_load import LoopLoad
 
 __all__ = ["ARRIVAL_KEY", "EdgeMiddleware", "EdgeSettings", "EdgeState", "arrival_s",
            "mount_edge", "shed_reason"]
@@ -76,6 +86,12 @@ class EdgeSettings(BaseModel):
                           "once by a cache hit or its fallback chain's local steps (rules, "
                           "default), labelled, else 503 with Retry-After. False: 503 at the "
                           "edge without decoding.")
+    fallback_max_loop_busy: float = Field(
+        0.8, gt=0, le=1, description="With shed_to_fallback: once the ingress's event loop thread "
+                                     "is busier than this share of a core (its own CPU is the "
+                                     "bottleneck), shed requests get 503 with Retry-After "
+                                     "instead of a fallback answer, which costs about half a "
+                                     "model answer's CPU (policies.edge.fallback_affordable).")
     initial_service_s: float = Field(
         0.02, gt=0, description="Seconds per request assumed until the first measurement.")
     ingress_max_ongoing_requests: int = Field(
@@ -193,7 +209,7 @@ class EdgeMiddleware:
 
     def __init__(self, app: ASGIApp, *, settings: EdgeSettings, max_body_bytes: int,
                  default_deadline_ms: float, clock: Callable[[], float] = time.monotonic,
-                 infer: InferHandler | None = None) -> None:
+                 infer: InferHandler | None = None, loop_load: LoopLoad | None = None) -> None:
         self.app = app
         self.infer = infer
         self.settings = settings
@@ -201,6 +217,7 @@ class EdgeMiddleware:
         self.default_deadline_s = default_deadline_ms / 1000.0
         self.clock = clock
         self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock)
+        self.loop_load = loop_load or LoopLoad()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -214,6 +231,7 @@ class EdgeMiddleware:
         if not _is_infer(scope):
             await self.app(scope, receive, send)
             return
+        self.loop_load.touch()
         try:
             body = await self._read(scope, receive, arrived)
             priority = self._priority(scope, body)
@@ -229,7 +247,9 @@ class EdgeMiddleware:
             self.state.count(f"shed:{priority.label}")
             why = (f"{decision.reason}: predicted queue delay "
                    f"{decision.predicted_delay_s * 1e3:.0f} ms")
-            if not self.settings.shed_to_fallback:
+            if not self.settings.shed_to_fallback or not fallback_affordable(
+                    loop_busy=self.loop_load.busy,
+                    max_loop_busy=self.settings.fallback_max_loop_busy):
                 await _respond(send, decision.status, f"{why}; retry later", "Overloaded",
                                "priority", decision.retry_after_s)
                 return

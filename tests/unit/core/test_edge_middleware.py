@@ -11,6 +11,7 @@ import pytest
 from policies.edge import EdgeConfig
 from policies.priority import Priority
 from router.edge import ARRIVAL_KEY, SHED_KEY, EdgeMiddleware, EdgeSettings
+from router.loop_load import LoopLoad
 
 PATH = "/v2/models/m/infer"
 
@@ -212,3 +213,34 @@ async def test_a_shed_request_goes_on_to_its_fallback_without_occupying_the_back
     assert mw.state.counts == {"shed:batch": 1}
     app.hold.set()
     assert [s for s, _, _ in await asyncio.gather(*held)] == [200] * 4
+
+
+class FixedLoad(LoopLoad):
+    """The loop's busy share as the test sets it (measured in test_loop_load)."""
+
+    def __init__(self, busy: float) -> None:
+        super().__init__()
+        self.busy = busy
+
+    def touch(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("busy, status", [(0.5, 200), (0.95, 503)])
+async def test_a_shed_request_gets_its_fallback_only_while_the_ingress_loop_has_cpu_to_spare(
+        busy, status) -> None:
+    """Past fallback_max_loop_busy the ingress's CPU is the bottleneck: a fallback answer
+    would cost the admitted requests about half a model answer each, so it is a 503."""
+    app = FallbackApp(200)
+    mw = EdgeMiddleware(app, settings=EdgeSettings(initial_service_s=0.02,
+                                                   admission=EdgeConfig(**TIGHT)),
+                        max_body_bytes=1000, default_deadline_ms=500, clock=Clock(),
+                        loop_load=FixedLoad(busy))
+    held, _, (got, headers, payload) = await _batch_behind_held_interactive(mw, app)
+    assert (got, headers.get(b"retry-after")) == (status, None if status == 200 else b"1")
+    if status == 503:
+        assert json.loads(payload)["type"] == "Overloaded"
+        assert len(app.seen) == 4  # the shed request never reached the app
+    assert mw.state.counts == {"shed:batch": 1}
+    app.hold.set()
+    await asyncio.gather(*held)

@@ -1,0 +1,47 @@
+"""router.loop_load.LoopLoad on a real event loop: idle, saturated, and stopping when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from router.loop_load import LoopLoad
+
+
+async def _hog(until: float, block_s: float) -> None:
+    """Keep the loop thread busy: each pass spins for ``block_s`` (CPU, not a sleep)."""
+    while time.perf_counter() < until:
+        end = time.perf_counter() + block_s
+        while time.perf_counter() < end:
+            pass
+        await asyncio.sleep(0)
+
+
+async def test_an_idle_loop_reads_idle_and_a_saturated_one_busy() -> None:
+    load = LoopLoad(interval_s=0.005)
+    load.touch()
+    await asyncio.sleep(0.15)
+    assert load.running and load.busy < 0.3
+    load.touch()
+    await _hog(time.perf_counter() + 0.4, block_s=0.002)
+    assert load.busy > 0.6  # the thread never waited for I/O (less on a contended machine)
+    await load.close()
+    assert not load.running
+
+
+async def test_it_stops_after_idle_s_without_a_touch_and_restarts_on_the_next() -> None:
+    load = LoopLoad(interval_s=0.005, idle_s=0.05)
+    load.touch()
+    await _hog(time.perf_counter() + 0.03, block_s=0.002)
+    await asyncio.sleep(0.15)
+    assert not load.running and load.busy == 0.0  # ended by itself, no stale verdict left
+    load.touch()
+    assert load.running
+    await load.close()
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="interval_s"):
+        LoopLoad(interval_s=0)
