@@ -113,7 +113,7 @@ class QueueState:
             entry.queue = [p for p in entry.queue if not p.future.done()]
             if not entry.queue:
                 continue
-            name = str(key)
+            name, is_stale = str(key), stale(entry)
             reqs = tuple(
                 RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows - p.done, p.done > 0)
                 for p in entry.queue
@@ -121,9 +121,8 @@ class QueueState:
             models.append(ModelView(
                 name, resident(name), reqs, entry.config.max_batch_size,
                 entry.config.batch_wait_ms / 1e3,
-                INITIAL_ROW_S if stale(entry) else entry.ewma_row_s,
-                swap_cost_s(name), entry.ewma_gap_s, loading(name),
-                entry.measured_at is not None and not stale(entry),
+                _shown_row_s(entry, is_stale), swap_cost_s(name), entry.ewma_gap_s,
+                loading(name), entry.measured_at is not None and not is_stale,
             ))
         return tuple(models)
 
@@ -136,8 +135,7 @@ class QueueState:
             if not entry.queue:
                 continue
             name = str(key)
-            row_s = INITIAL_ROW_S if stale(entry) else entry.ewma_row_s
-            total += (sum(p.rows - p.done for p in entry.queue) * row_s
+            total += (sum(p.rows - p.done for p in entry.queue) * _shown_row_s(entry, stale(entry))
                       + (0.0 if resident(name) else swap_cost_s(name)))
         return total
 
@@ -192,6 +190,12 @@ class QueueState:
                 parts.append((p, p.done, n))
                 budget -= n
         return parts
+
+
+def _shown_row_s(entry: ModelQueue, stale: bool) -> float:
+    """The cost per row the scheduler sees: a stale estimate shows as the initial one, so
+    expiry does not refuse on it."""
+    return INITIAL_ROW_S if stale else entry.ewma_row_s
 
 
 def fail(p: Pending, error: BaseException) -> None:
