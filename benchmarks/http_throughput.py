@@ -23,6 +23,12 @@ measured window answered by the model (a degraded answer, such as a request shed
 fallback, is counted as ``n_degraded``, never as served: ``benchmarks._http_client``), below
 the first rate that fails.
 
+Each closed-loop run also reports ``server_cpu_us_per_answer``: the CPU time (all threads) of the
+process listening on the arm's port over the run, per answer (``benchmarks._proc_cpu``, Linux
+``/proc``; None elsewhere). ``server_cpu_us_per_answer_c16`` compares them at c=16: on a shared
+host they move less between runs than throughput does, and they are what a request costs the
+server. Not a target.
+
 Targets (``meets_targets`` when all hold): HTTP p50 at concurrency 1 at most stock's + 1 ms;
 throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x stock's; knee at
 least stock's. Defaults are what ``make serve`` runs: Ray Serve's settings from
@@ -58,8 +64,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks._handle_load import handle_ratios, handle_runs
+from benchmarks._handle_load import latency_stats as _stats
 from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._proc_cpu import CpuMeter, listening_pid
 from benchmarks._serve_net import free_port, replica_port, wait_serving
 from benchmarks._stock import serve_stock, stock_app
 from deploy.ray_env import ENV, served_logging_config
@@ -86,16 +95,6 @@ def _repository(root: Path, model: str) -> tuple[Path, Path, dict]:
     return repo, versions[-1] / "model.pt", cfg
 
 
-def _stats(lat_s: list[float], duration_s: float, n_errors: int) -> dict[str, Any]:
-    if not lat_s:
-        return {"n": 0, "n_errors": n_errors, "throughput_rps": 0.0}
-    ms = np.asarray(lat_s) * 1e3
-    return {"n": int(ms.size), "n_errors": n_errors,
-            "throughput_rps": round(ms.size / duration_s, 1),
-            "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3),
-            "mean_ms": round(float(ms.mean()), 3)}
-
 
 def _body(in_name: str, x: np.ndarray, *, bypass: bool) -> bytes:
     body: dict[str, Any] = {"inputs": [{"name": in_name, "shape": list(x.shape),
@@ -104,22 +103,6 @@ def _body(in_name: str, x: np.ndarray, *, bypass: bool) -> bytes:
         body["parameters"] = {"cache_skip_read": True, "cache_skip_write": True}
     return json.dumps(body).encode()
 
-
-async def _handle_closed(call, concurrency: int, duration_s: float, warmup_s: float) -> dict:
-    import asyncio
-
-    lat: list[float] = []
-    start = time.perf_counter()
-    measure_from, stop = start + warmup_s, start + warmup_s + duration_s
-
-    async def worker() -> None:
-        while (t0 := time.perf_counter()) < stop:
-            await call()
-            if t0 >= measure_from:
-                lat.append(time.perf_counter() - t0)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return _stats(lat, duration_s, 0)
 
 
 def _forward_stats(path: Path, threads: int, x: np.ndarray, n: int = 2000) -> dict:
@@ -167,6 +150,13 @@ def _targets(http: dict, knees: dict) -> dict[str, Any]:
     return out
 
 
+def _cpu_us(r: dict) -> float | None:
+    """CPU µs the arm's server process spent per answer (its cores over its answers/s)."""
+    answers = (len(r["latencies_s"]) + r["n_degraded"]) / r["duration_s"]
+    cores = r.get("server_cores")
+    return round(cores / answers * 1e6, 1) if cores is not None and answers > 0 else None
+
+
 def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
     """Closed loop at c=1 and c=16 for every arm, then the open-loop sweep per server arm."""
     http: dict[str, dict] = {}
@@ -175,7 +165,8 @@ def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
         for c in (1, 16):
             r = load(arm, duration_s=args.closed_s, concurrency=c, warmup_s=1.0)
             http[arm][f"c{c}"] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
-                                  "n_degraded": r["n_degraded"], "errors": r["errors"]}
+                                  "n_degraded": r["n_degraded"], "errors": r["errors"],
+                                  "server_cpu_us_per_answer": _cpu_us(r)}
     sweeps: dict[str, dict] = {}
     for arm in ("timeshare", "timeshare_hit", "stock"):
         sweeps[arm] = {}
@@ -188,31 +179,6 @@ def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
                 break  # two rates past the knee in a row: higher ones only queue more
     return http, sweeps
 
-
-def _handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
-    import asyncio
-
-    from ray import serve
-
-    from router.schemas import CacheControl, InferenceRequest
-
-    ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
-    bypass = CacheControl(skip_read=True, skip_write=True)
-    calls = {
-        "timeshare": lambda: ts.infer.remote(InferenceRequest(
-            model=args.model, inputs={in_name: x}, cache=bypass)),
-        "timeshare_hit": lambda: ts.infer.remote(InferenceRequest(
-            model=args.model, inputs={in_name: x})),
-        "stock": lambda: stock.infer.remote(x),
-    }
-    async def all_runs() -> dict:
-        # one event loop for every run: with Serve's router on the caller's loop
-        # (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0, throughput-optimized mode) a handle is bound
-        # to the loop it was first used on
-        return {a: {f"c{c}": await _handle_closed(calls[a], c, args.handle_s, 1.0)
-                    for c in (1, 16)} for a in calls}
-
-    return asyncio.run(all_runs())
 
 
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
@@ -248,11 +214,17 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
             "null": (side["null"], "/", _body(in_name, x, bypass=False)),
         }
 
+        pids: dict[str, int | None] = {}
+
         def load(arm: str, **kw) -> dict:
             p, route, body = targets[arm]
-            return client.submit(run_load, LoadSpec("127.0.0.1", p, route, body, **kw)).result()
+            meter = CpuMeter(pids.get(arm))
+            meter.start()
+            r = client.submit(run_load, LoadSpec("127.0.0.1", p, route, body, **kw)).result()
+            return {**r, "server_cores": meter.stop()}
 
         wait_serving(lambda: load("timeshare", duration_s=0.2, warmup_s=0.0), "timeshare")
+        pids.update({arm: listening_pid(t[0]) for arm, t in targets.items()})
         answers = {a: json.loads(load(a, duration_s=0.5, warmup_s=0.5)["body"])
                    for a in ("timeshare", "timeshare_hit", "stock")}
         same = {a: bool(np.allclose(answers[a]["outputs"][0]["data"],
@@ -260,7 +232,7 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
                 for a in answers}
         http, sweeps = _http_runs(load, args, targets)
         try:
-            handle = _handle_runs(args, in_name, x)
+            handle = handle_runs(args, in_name, x)
         except Exception as e:  # noqa: BLE001 - the HTTP figures stand without the handle's
             handle = {"error": f"{type(e).__name__}: {e}"}
     finally:
@@ -342,13 +314,14 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
                                           / http["stock"]["c1"]["p50_ms"], 3),
             "http_c16_rps_vs_stock": checks["throughput_c16_vs_stock"]["value"],
             "http_hit_c16_rps_vs_stock": checks["cache_hit_throughput_c16_vs_stock"]["value"],
-            **_handle_ratios(handle),
+            **handle_ratios(handle),
             "knee_vs_stock": checks["knee_vs_stock"]["value"],
             # the share of a stock request that is Serve's wrapper (same handler, plain uvicorn)
             "stock_c16_rps_serve_over_plain_uvicorn": round(
                 http["stock"]["c16"]["throughput_rps"]
                 / http["stock_uvicorn"]["c16"]["throughput_rps"], 3),
         },
+        "server_cpu_us_per_answer_c16": _cpu_figures(http),
         "answers_match_stock": m["same"],
         "targets": checks,
         "meets_targets": all(v["met"] for k, v in checks.items() if not k.startswith("stretch")),
@@ -357,13 +330,16 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
     }
 
 
-def _handle_ratios(handle: dict) -> dict[str, float]:
-    if "error" in handle:
-        return {}
-    ts, stock = handle["timeshare"], handle["stock"]
-    return {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
-            "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
-                                             / stock["c16"]["throughput_rps"], 3)}
+def _cpu_figures(http: dict) -> dict[str, float | None]:
+    """Each arm's server CPU per answer at c=16, and Timeshare's over stock's (lower is
+    cheaper): steadier than throughput ratios on a shared host, not a target."""
+    us = {a: http[a]["c16"].get("server_cpu_us_per_answer") for a in http}
+    stock = us.get("stock")
+    for arm in ("timeshare", "timeshare_hit"):
+        mine = us.get(arm)
+        us[f"{arm}_vs_stock"] = round(mine / stock, 3) if mine and stock else None
+    return us
+
 
 
 def main(argv: list[str] | None = None) -> None:

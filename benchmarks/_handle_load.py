@@ -1,0 +1,79 @@
+"""The handle arms of ``benchmarks.http_throughput`` (Timeshare's typed handle against the stock
+deployment's, closed loop), and the latency summary every arm shares."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["handle_ratios", "handle_runs", "latency_stats"]
+
+
+def latency_stats(lat_s: list[float], duration_s: float, n_errors: int) -> dict[str, Any]:
+    """Answers, throughput over ``duration_s`` and latency percentiles (ms) of ``lat_s``."""
+    if not lat_s:
+        return {"n": 0, "n_errors": n_errors, "throughput_rps": 0.0}
+    ms = np.asarray(lat_s) * 1e3
+    return {"n": int(ms.size), "n_errors": n_errors,
+            "throughput_rps": round(ms.size / duration_s, 1),
+            "p50_ms": round(float(np.percentile(ms, 50)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3),
+            "mean_ms": round(float(ms.mean()), 3)}
+
+
+async def _closed(call, concurrency: int, duration_s: float, warmup_s: float) -> dict:
+    import asyncio
+
+    lat: list[float] = []
+    start = time.perf_counter()
+    measure_from, stop = start + warmup_s, start + warmup_s + duration_s
+
+    async def worker() -> None:
+        while (t0 := time.perf_counter()) < stop:
+            await call()
+            if t0 >= measure_from:
+                lat.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latency_stats(lat, duration_s, 0)
+
+
+def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
+    """Closed loops at c=1 and c=16 over each app's handle (``args.model``, ``args.handle_s``)."""
+    import asyncio
+
+    from ray import serve
+
+    from router.schemas import CacheControl, InferenceRequest
+
+    ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
+    bypass = CacheControl(skip_read=True, skip_write=True)
+    calls = {
+        "timeshare": lambda: ts.infer.remote(InferenceRequest(
+            model=args.model, inputs={in_name: x}, cache=bypass)),
+        "timeshare_hit": lambda: ts.infer.remote(InferenceRequest(
+            model=args.model, inputs={in_name: x})),
+        "stock": lambda: stock.infer.remote(x),
+    }
+
+    async def all_runs() -> dict:
+        # one event loop for every run: with Serve's router on the caller's loop
+        # (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0, throughput-optimized mode) a handle is bound
+        # to the loop it was first used on
+        return {a: {f"c{c}": await _closed(calls[a], c, args.handle_s, 1.0)
+                    for c in (1, 16)} for a in calls}
+
+    return asyncio.run(all_runs())
+
+
+def handle_ratios(handle: dict) -> dict[str, float]:
+    """Timeshare's handle figures over stock's (none when the handle runs failed)."""
+    if "error" in handle:
+        return {}
+    ts, stock = handle["timeshare"], handle["stock"]
+    return {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
+            "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
+                                             / stock["c16"]["throughput_rps"], 3)}

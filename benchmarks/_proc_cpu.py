@@ -1,0 +1,90 @@
+"""The CPU a server process spends per answer, for the HTTP benchmarks (Linux ``/proc``).
+
+Throughput ratios between arms move with a shared host's load from run to run; the CPU time the
+serving process itself spends on each answer moves much less, and it is what "the request path
+costs" means. :func:`listening_pid` finds the process that listens on a local TCP port (the
+arm's server: a Serve replica under direct ingress, Timeshare's listener, a side process), and
+:class:`CpuMeter` reads that process's CPU time (all its threads: event loop, device thread,
+Ray's own) around a load run. Where ``/proc`` is missing (not Linux) both give None and the
+benchmark reports no CPU figures.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+__all__ = ["CpuMeter", "listening_pid", "process_cpu_s"]
+
+_LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == _LISTEN and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f[9])
+    return inodes
+
+
+def listening_pid(port: int) -> int | None:
+    """The one process listening on ``port`` (None: none, several, or no ``/proc``)."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) in wanted:
+                    found.add(int(proc.name))
+                    break
+            except OSError:
+                continue
+    return found.pop() if len(found) == 1 else None
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User plus system CPU seconds of every thread of ``pid`` so far (None: gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; fields start at state
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """Cores a process used between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._cpu0: float | None = None
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._cpu0 = process_cpu_s(self.pid) if self.pid is not None else None
+        self._t0 = time.monotonic()
+
+    def stop(self) -> float | None:
+        if self.pid is None or self._cpu0 is None:
+            return None
+        cpu1 = process_cpu_s(self.pid)
+        wall = time.monotonic() - self._t0
+        if cpu1 is None or wall <= 0:
+            return None
+        return (cpu1 - self._cpu0) / wall
