@@ -7,7 +7,10 @@
 text encoders of 13.7 MB) are written to a temporary model repository. The device budget holds
 about a quarter of their weights. Requests pick a model by Zipf(1.1) popularity and arrive
 open-loop (Poisson, at each of ``--rates``/s), each with a deadline (``--deadline-ms``). The arms
-run in one local Ray instance, one after the other, with one replica each and one torch thread:
+run in one local Ray instance, one after the other, with one replica each and one torch thread,
+all under ``make serve``'s settings (``deploy.ray_env.ENV``: Ray Serve's throughput-optimized
+mode, passive OpenMP threads; a value the caller's environment sets wins; reported as
+``ray_env``):
 
 - baseline: stock ``@serve.multiplexed(max_num_models_per_replica=K)``, K = models that fit in the
   budget; a miss loads the model from disk (LRU eviction, no priorities);
@@ -47,6 +50,7 @@ import torch
 
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._zoo import ARCHS, build_repo
+from deploy.ray_env import ENV, serve_environment
 
 
 def zipf_weights(n: int, s: float = 1.1) -> list[float]:
@@ -335,6 +339,7 @@ def _measure(args: argparse.Namespace) -> tuple[dict[float, dict], int, int, int
         k = max(1, args.models // 4)
         budget = k * model_bytes + model_bytes // 2
         root = str(Path(__file__).resolve().parents[1])
+        os.environ.update(serve_environment(os.environ))  # before Ray starts its processes
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": root}})
         try:
@@ -359,6 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds_per_arm": args.seconds, "deadline_ms": args.deadline_ms,
         "client_timeout_s": args.client_timeout_s,
         "repository_poll_s": args.poll_s,
+        "ray_env": {k: os.environ.get(k) for k in ENV},
         **head,
         "other_rates": [r for r in rows if r is not head],
         "rates_meeting_targets": [r["rate_per_s"] for r in rows if r["meets_targets"]],

@@ -25,7 +25,8 @@ the first rate that fails.
 
 Each closed-loop run also reports ``server_cpu_us_per_answer``: the CPU time (all threads) of the
 process listening on the arm's port over the run, per answer (``benchmarks._proc_cpu``, Linux
-``/proc``; None elsewhere). ``server_cpu_us_per_answer_c16`` compares them at c=16: on a shared
+``/proc``; None elsewhere, and for the Serve arms with ``--ingress proxy``, whose port is the
+proxy's). ``server_cpu_us_per_answer_c16`` compares them at c=16: on a shared
 host they move less between runs than throughput does, and they are what a request costs the
 server. Not a target.
 
@@ -95,14 +96,12 @@ def _repository(root: Path, model: str) -> tuple[Path, Path, dict]:
     return repo, versions[-1] / "model.pt", cfg
 
 
-
 def _body(in_name: str, x: np.ndarray, *, bypass: bool) -> bytes:
     body: dict[str, Any] = {"inputs": [{"name": in_name, "shape": list(x.shape),
                                         "datatype": "FP32", "data": x.ravel().tolist()}]}
     if bypass:
         body["parameters"] = {"cache_skip_read": True, "cache_skip_write": True}
     return json.dumps(body).encode()
-
 
 
 def _forward_stats(path: Path, threads: int, x: np.ndarray, n: int = 2000) -> dict:
@@ -180,7 +179,6 @@ def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
     return http, sweeps
 
 
-
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
                        threads: int, client, side: dict[str, int]) -> dict[str, Any]:
     import ray
@@ -224,7 +222,10 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
             return {**r, "server_cores": meter.stop()}
 
         wait_serving(lambda: load("timeshare", duration_s=0.2, warmup_s=0.0), "timeshare")
-        pids.update({arm: listening_pid(t[0]) for arm, t in targets.items()})
+        # through Serve's proxy the port's process is the proxy alone: no per-answer figure
+        via_proxy = () if args.ingress != "proxy" else ("timeshare", "timeshare_hit", "stock")
+        pids.update({arm: listening_pid(t[0]) for arm, t in targets.items()
+                     if arm not in via_proxy})
         answers = {a: json.loads(load(a, duration_s=0.5, warmup_s=0.5)["body"])
                    for a in ("timeshare", "timeshare_hit", "stock")}
         same = {a: bool(np.allclose(answers[a]["outputs"][0]["data"],
@@ -339,7 +340,6 @@ def _cpu_figures(http: dict) -> dict[str, float | None]:
         mine = us.get(arm)
         us[f"{arm}_vs_stock"] = round(mine / stock, 3) if mine and stock else None
     return us
-
 
 
 def main(argv: list[str] | None = None) -> None:
