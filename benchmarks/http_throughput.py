@@ -179,6 +179,44 @@ def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
     return http, sweeps
 
 
+def _arm_targets(args, port: int, listener_port: int, side: dict[str, int], in_name: str,
+                 x: np.ndarray) -> dict[str, tuple[int, str, bytes]]:
+    """Each HTTP arm's (port, path, body) for ``args.ingress``."""
+    ts_path = f"/v2/models/{args.model}/infer"
+    ts_port = stock_port = port
+    if args.ingress in ("direct", "listener"):
+        ts_port, stock_port = replica_port("timeshare"), replica_port("stock")
+    if args.ingress == "listener":
+        ts_port = listener_port
+    return {
+        "timeshare": (ts_port, ts_path, _body(in_name, x, bypass=True)),
+        "timeshare_hit": (ts_port, ts_path, _body(in_name, x, bypass=False)),
+        "stock": (stock_port, "/stock", _body(in_name, x, bypass=False)),
+        "stock_uvicorn": (side["stock_uvicorn"], "/stock", _body(in_name, x, bypass=False)),
+        "null": (side["null"], "/", _body(in_name, x, bypass=False)),
+    }
+
+
+class _Loads:
+    """Runs the load client against an arm, metering the CPU of the arm's server process."""
+
+    def __init__(self, client, targets: dict[str, tuple[int, str, bytes]]) -> None:
+        self.client, self.targets = client, targets
+        self.pids: dict[str, int | None] = {}
+
+    def find_servers(self, skip: tuple[str, ...] = ()) -> None:
+        """The process listening on each arm's port (once every server is up)."""
+        self.pids = {arm: listening_pid(t[0]) for arm, t in self.targets.items()
+                     if arm not in skip}
+
+    def __call__(self, arm: str, **kw: Any) -> dict:
+        port, route, body = self.targets[arm]
+        meter = CpuMeter(self.pids.get(arm))
+        meter.start()
+        r = self.client.submit(run_load, LoadSpec("127.0.0.1", port, route, body, **kw)).result()
+        return {**r, "server_cores": meter.stop()}
+
+
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
                        threads: int, client, side: dict[str, int]) -> dict[str, Any]:
     import ray
@@ -198,34 +236,12 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
         serve.run(build_app(ts_args), name="timeshare", route_prefix="/", logging_config=logs)
         serve.run(stock_app(str(path), threads, args.model), name="stock",
                   route_prefix="/stock", logging_config=logs)
-        ts_path = f"/v2/models/{args.model}/infer"
-        ts_port = stock_port = port
-        if args.ingress in ("direct", "listener"):
-            ts_port, stock_port = replica_port("timeshare"), replica_port("stock")
-        if args.ingress == "listener":
-            ts_port = listener_port
-        targets = {
-            "timeshare": (ts_port, ts_path, _body(in_name, x, bypass=True)),
-            "timeshare_hit": (ts_port, ts_path, _body(in_name, x, bypass=False)),
-            "stock": (stock_port, "/stock", _body(in_name, x, bypass=False)),
-            "stock_uvicorn": (side["stock_uvicorn"], "/stock", _body(in_name, x, bypass=False)),
-            "null": (side["null"], "/", _body(in_name, x, bypass=False)),
-        }
-
-        pids: dict[str, int | None] = {}
-
-        def load(arm: str, **kw) -> dict:
-            p, route, body = targets[arm]
-            meter = CpuMeter(pids.get(arm))
-            meter.start()
-            r = client.submit(run_load, LoadSpec("127.0.0.1", p, route, body, **kw)).result()
-            return {**r, "server_cores": meter.stop()}
-
+        targets = _arm_targets(args, port, listener_port, side, in_name, x)
+        load = _Loads(client, targets)
         wait_serving(lambda: load("timeshare", duration_s=0.2, warmup_s=0.0), "timeshare")
         # through Serve's proxy the port's process is the proxy alone: no per-answer figure
-        via_proxy = () if args.ingress != "proxy" else ("timeshare", "timeshare_hit", "stock")
-        pids.update({arm: listening_pid(t[0]) for arm, t in targets.items()
-                     if arm not in via_proxy})
+        load.find_servers(skip=("timeshare", "timeshare_hit", "stock")
+                          if args.ingress == "proxy" else ())
         answers = {a: json.loads(load(a, duration_s=0.5, warmup_s=0.5)["body"])
                    for a in ("timeshare", "timeshare_hit", "stock")}
         same = {a: bool(np.allclose(answers[a]["outputs"][0]["data"],
