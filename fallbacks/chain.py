@@ -22,26 +22,29 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fallbacks.breaker import BreakerRegistry, CircuitBreaker
 from fallbacks.deadline import Clock, Deadline
 from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 from fallbacks.pool_throttle import PoolThrottles
-from fallbacks.request import FallbackRequest, as_outputs
-from fallbacks.rule_engine import RuleEngine
+from fallbacks.request import FallbackRequest
+from fallbacks.steps import (
+    CompiledStep,
+    PoolName,
+    Target,
+    compile_chain,
+    follows,
+    step_target,
+)
 from fallbacks.throttle import AdaptiveThrottle
-from pool.config import FallbackStep
 from pool.errors import RequestExpired
-from pool.trust import ModuleAllowlist
 
 __all__ = ["Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep", "ModelExecutor",
            "ModelReply", "PoolName", "Target", "compile_chain"]
 
-PoolName = Literal["gpu", "cpu"]
 _Gates = tuple[CircuitBreaker | None, AdaptiveThrottle | None]  # a remote call's breaker, throttle
 
 
@@ -71,63 +74,6 @@ class ModelExecutor(Protocol):
     ) -> ModelReply:
         """Answer within ``budget_s`` seconds or raise; the runner cancels it at the budget."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """The primary call: model, version (None = default) and pool."""
-
-    model: str
-    version: str | None = None
-    pool: PoolName = "gpu"
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledStep:
-    """A validated fallback step ready to run."""
-
-    kind: Literal["model", "cpu", "rules", "default"]
-    model: str | None = None
-    version: str | None = None
-    engine: RuleEngine | None = None
-    outputs: Mapping[str, np.ndarray] | None = None
-
-    @property
-    def local(self) -> bool:
-        """Rules and default steps run in-process and cost (almost) no time."""
-        return self.kind in ("rules", "default")
-
-
-def compile_chain(
-    steps: Sequence[FallbackStep], *, callable_timeout_ms: float = 50.0, where: str = "fallback",
-    allow: ModuleAllowlist = ModuleAllowlist(),
-) -> tuple[CompiledStep, ...]:
-    """Validate a model's fallback chain (rules, static outputs) once, at config load.
-
-    Rule callables resolve only inside ``allow``, the operator's module allowlist.
-
-    Raises ``RuleConfigError`` / ``ValueError`` naming e.g. ``fallback[2].rules[0]``.
-    """
-    out: list[CompiledStep] = []
-    for i, s in enumerate(steps):
-        if s.kind == "rules":
-            engine = RuleEngine.from_config(
-                s.rules,
-                callable_path=s.callable,
-                callable_timeout_ms=callable_timeout_ms,
-                where=f"{where}[{i}].rules",
-                allow=allow,
-            )
-            out.append(CompiledStep("rules", engine=engine))
-        elif s.kind == "default":
-            out.append(
-                CompiledStep(
-                    "default", outputs=as_outputs(s.outputs, where=f"{where}[{i}].outputs")
-                )
-            )
-        else:
-            out.append(CompiledStep(s.kind, model=s.model, version=s.version))
-    return tuple(out)
 
 
 class ChainConfig(BaseModel):
@@ -181,18 +127,22 @@ class ChainResult:
 _StepAnswer = tuple[Mapping[str, Any], str, "str | None", "str | None", "ModelReply | None"]
 
 
-def _step_target(step: CompiledStep, primary: Target | None, request: FallbackRequest,
-                 default_pool: PoolName) -> Target:
-    """A model/cpu step's target; a cpu step without a model runs the primary model on CPU."""
-    pool: PoolName = "cpu" if step.kind == "cpu" else default_pool
-    if step.model:
-        return Target(step.model, step.version, pool)
-    base = primary or Target(request.model, request.version)
-    return Target(base.model, step.version or base.version, pool)
+def _first_failure(attempts: list[Attempt]) -> str | None:
+    return next((a.outcome for a in attempts if a.outcome != "ok"), None)
 
 
-def _label(prefix: str, model: str, version: str | None) -> str:
-    return f"{prefix}:{model}@{version}" if version else f"{prefix}:{model}"
+def _result(res: _StepAnswer, step: CompiledStep | None, target: Target | None,
+            reason: str | None, attempts: list[Attempt], elapsed_s: float) -> ChainResult:
+    """The chain's answer from the step that answered: ``step`` None for the primary, whose
+    answer is never degraded; a fallback step's answer is, labelled with ``reason``."""
+    outputs, served_by, model, version, reply = res
+    degraded = step is not None
+    return ChainResult(outputs=outputs, served_by=served_by, degraded=degraded,
+                       reason=reason if degraded else None, model=model, version=version,
+                       attempts=tuple(attempts), elapsed_s=elapsed_s, reply=reply,
+                       pool=target.pool if target is not None else None)
+
+
 
 
 class ChainRunner:
@@ -239,47 +189,36 @@ class ChainRunner:
         """
         t0 = self._clock()
         attempts: list[Attempt] = []
-        steps: list[tuple[CompiledStep | None, Target | None]] = []
-        if primary is not None:
-            steps.append((None, primary))
+        if primary is not None:  # the common case: no fallback plan is built unless it fails
+            after = follows(chain, local_only)
+            res = await self._remote(request, deadline, primary, primary.pool, after, attempts)
+            if res is not None:
+                return _result(res, None, primary, reason, attempts, self._clock() - t0)
+        steps: list[tuple[CompiledStep, Target | None]] = []
         for s in chain:
             if s.local:
                 steps.append((s, None))
             elif not local_only:
-                steps.append((s, _step_target(s, primary, request, self._default_pool)))
+                steps.append((s, step_target(s, primary, request, self._default_pool)))
         for i, (step, target) in enumerate(steps):
-            rest = steps[i + 1 :]
             if target is not None:
-                prefix = target.pool if step is None else step.kind
-                res = await self._remote(request, deadline, target, prefix, rest, attempts)
+                rest = [s for s, _ in steps[i + 1:]]
+                res = await self._remote(request, deadline, target, step.kind,
+                                         follows(rest, False), attempts)
             else:
-                assert step is not None
                 res = await self._local(request, deadline, step, attempts)
             if res is not None:
-                outputs, served_by, model, version, reply = res
-                degraded = step is not None or primary is None
-                why = reason or next((a.outcome for a in attempts if a.outcome != "ok"), None)
-                return ChainResult(
-                    outputs=outputs,
-                    served_by=served_by,
-                    degraded=degraded,
-                    reason=why if degraded else None,
-                    model=model,
-                    version=version,
-                    attempts=tuple(attempts),
-                    elapsed_s=self._clock() - t0,
-                    reply=reply,
-                    pool=target.pool if target is not None else None,
-                )
+                return _result(res, step, target, reason or _first_failure(attempts), attempts,
+                               self._clock() - t0)
         raise self._exhausted(request, deadline, attempts, reason, bool(chain))
 
-    def _budget(
-        self, deadline: Deadline, rest: list[tuple[CompiledStep | None, Target | None]]
-    ) -> float:
+    def _budget(self, deadline: Deadline, after: tuple[bool, bool]) -> float:
+        """A remote step's budget: ``after`` says whether a (local, remote) step comes after."""
         c = self.config
-        reserve = c.local_reserve_ms / 1000.0 if any(t is None for _, t in rest) else 0.0
+        local_follows, remote_follows = after
+        reserve = c.local_reserve_ms / 1000.0 if local_follows else 0.0
         avail = deadline.budget(margin_s=reserve)
-        return avail * c.remote_share if any(t is not None for _, t in rest) else avail
+        return avail * c.remote_share if remote_follows else avail
 
     def _admit(self, label: str, deadline: Deadline, budget: float, target: Target,
                attempts: list[Attempt]) -> _Gates | None:
@@ -307,11 +246,11 @@ class ChainRunner:
         deadline: Deadline,
         target: Target,
         prefix: str,
-        rest: list[tuple[CompiledStep | None, Target | None]],
+        after: tuple[bool, bool],
         attempts: list[Attempt],
     ) -> _StepAnswer | None:
         label = _label(prefix, target.model, target.version)
-        budget = self._budget(deadline, rest)
+        budget = self._budget(deadline, after)
         admitted = self._admit(label, deadline, budget, target, attempts)
         if admitted is None:
             return None
@@ -407,3 +346,7 @@ class ChainRunner:
         timed_out = deadline.expired() or any(a.outcome in ("timeout", "expired") for a in attempts)
         cls = DeadlineExceeded if timed_out else ServiceUnavailable
         return cls(f"{head}; tried {tried}")
+
+
+def _label(prefix: str, model: str, version: str | None) -> str:
+    return f"{prefix}:{model}@{version}" if version else f"{prefix}:{model}"

@@ -23,6 +23,8 @@ __all__ = [
     "AdmissionConfig",
     "AdmissionDecision",
     "AdmissionSnapshot",
+    "admission_floors",
+    "admits_at_once",
     "decide_admission",
     "shed_classes",
     "throttle_reject_probability",
@@ -130,6 +132,32 @@ def decide_admission(
     if snapshot.queue_delay_s.get(priority, 0.0) > budget_s:
         return AdmissionDecision(False, "would_miss_deadline", shed)
     return AdmissionDecision(True, None, shed)
+
+
+def admission_floors(config: AdmissionConfig) -> tuple[float, float]:
+    """The lowest utilisation ceiling and the lowest queue-delay ceiling over all classes (computed
+    once per config, for :func:`admits_at_once`)."""
+    return min(config.max_utilization.values()), min(config.max_queue_delay_s.values())
+
+
+def admits_at_once(floors: tuple[float, float], *, in_flight: int, capacity: int,
+                   longest_delay_s: float, budget_s: float) -> bool:
+    """A cheap sufficient condition for :func:`decide_admission` to admit, with no snapshot.
+
+    True when the pool's total ``in_flight`` is under every class's utilisation ceiling, the
+    longest estimated queue delay of any class (``longest_delay_s``) is within every class's
+    delay ceiling, and within the request's ``budget_s``: then no class is over a ceiling, so
+    none is shed, and the request's own class waits at most ``longest_delay_s``. False says
+    only "decide in full", not "shed".
+
+    >>> admits_at_once((0.6, 0.5), in_flight=3, capacity=10, longest_delay_s=0.01, budget_s=1.0)
+    True
+    >>> admits_at_once((0.6, 0.5), in_flight=6, capacity=10, longest_delay_s=0.01, budget_s=1.0)
+    False
+    """
+    util_floor, delay_floor = floors
+    return (capacity > 0 and in_flight / capacity < util_floor  # as shed_classes divides
+            and longest_delay_s <= delay_floor and longest_delay_s <= budget_s)
 
 
 def throttle_reject_probability(requests: int, accepts: int, k: float) -> float:

@@ -63,6 +63,11 @@ class PoolWork:
         """Seconds left before ``deadline_at`` (``now``: wall-clock seconds, default now)."""
         return self.deadline_at - (time.time() if now is None else now)
 
+    def for_hop(self, deadline_at: float) -> PoolWork:
+        """This work with one hop's deadline (``dataclasses.replace`` without its field walk)."""
+        return PoolWork(self.model, self.version, self.inputs, self.priority, deadline_at,
+                        self.arrived_at, self.caller, self.request_id, self.config)
+
     def __reduce__(self):
         # Positional rebuild without the config: the wire form is the data the replica needs.
         return (PoolWork, (self.model, self.version, self.inputs, self.priority,

@@ -32,7 +32,13 @@ from fallbacks import (
     QuotaLease,
     Target,
 )
-from policies.admission import AdmissionConfig, AdmissionSnapshot, decide_admission
+from policies.admission import (
+    AdmissionConfig,
+    AdmissionSnapshot,
+    admission_floors,
+    admits_at_once,
+    decide_admission,
+)
 from policies.priority import PRIORITIES, Priority
 from policies.routing import RouteStrategy
 from pool.config import ModelConfig
@@ -128,6 +134,9 @@ class Pipeline:
             load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng,
             text_embedder=text_embedder)
         self._in_flight: dict[tuple[str, Priority], int] = {}
+        self._pool_in_flight: dict[str, int] = {}
+        self._floors = admission_floors(config.admission) if config.admission else (0.0, 0.0)
+        self._wait_cache: dict[str, tuple[Sequence, dict[Priority, float], float]] = {}
 
     @property
     def routes(self) -> dict[str, RouteConfig]:
@@ -238,6 +247,7 @@ class Pipeline:
                              request_id=req.request_id, work=work)
         key = (pool, req.priority)
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        self._pool_in_flight[pool] = self._pool_in_flight.get(pool, 0) + 1
         try:
             res = await self.runner.run(
                 freq, deadline=deadline, chain=self.catalog.chain(work.model),
@@ -245,6 +255,7 @@ class Pipeline:
                 local_only=req.shed_reason is not None)  # shed at the edge: no pool at all
         finally:
             self._in_flight[key] -= 1
+            self._pool_in_flight[pool] -= 1
         reply, timings = res.reply, None
         if reply is not None:  # a model answered: its pool's timings
             timings = Timings(queue_ms=reply.queue_ms, compute_ms=reply.compute_ms,
@@ -258,19 +269,33 @@ class Pipeline:
                        timings=timings, pool=res.pool)
 
     def _admission(self, pool: str, priority: Priority, deadline: Deadline) -> str | None:
-        """The shed reason, or None to admit (pure decision in policies.admission)."""
-        if self.config.admission is None:
+        """The shed reason, or None to admit (pure decisions in policies.admission)."""
+        config = self.config.admission
+        if config is None:
             return None
-        stats = list(self.load(pool))
-        # The wait where the request would run: Ray's router sends it to the least-loaded replica.
-        delay = {p: least_wait_s(stats, p) for p in PRIORITIES}
+        delay, longest = self._waits(pool)
+        budget_s = deadline.remaining()
+        if admits_at_once(self._floors, in_flight=self._pool_in_flight.get(pool, 0),
+                          capacity=self.config.pool_capacity, longest_delay_s=longest,
+                          budget_s=budget_s):
+            return None  # what decide_admission would say, without building its snapshot
         snap = AdmissionSnapshot(
             capacity=self.config.pool_capacity,
             in_flight={p: self._in_flight.get((pool, p), 0) for p in PRIORITIES},
             queue_delay_s=delay)
-        decision = decide_admission(snap, priority=priority, budget_s=deadline.remaining(),
-                                    config=self.config.admission)
+        decision = decide_admission(snap, priority=priority, budget_s=budget_s, config=config)
         return None if decision.admit else f"shed: {decision.reason}"
+
+    def _waits(self, pool: str) -> tuple[dict[Priority, float], float]:
+        """Each class's wait where a request would run (Ray's router sends it to the least-loaded
+        replica) and the longest of them; recomputed only when the pool's load view changes."""
+        stats = self.load(pool)
+        cached = self._wait_cache.get(pool)
+        if cached is None or cached[0] is not stats:
+            delay = {p: least_wait_s(stats, p) for p in PRIORITIES}
+            cached = (stats, delay, max(delay.values()))
+            self._wait_cache[pool] = cached
+        return cached[1], cached[2]
 
     async def close(self) -> None:
         """Cancel the background (shadow) runs; the owner calls it on shutdown."""

@@ -152,10 +152,12 @@ class PoolExecutor:
     async def call_model(self, request: FallbackRequest, *, model: str, version: str | None,
                          pool: str, budget_s: float) -> ModelReply:
         assert isinstance(request, RoutedRequest), "the pipeline sends RoutedRequest"
-        work = await self._work_for(request, model, version)
+        work = request.work
+        if model != work.model or version not in (None, work.version):
+            work = await self._work_for(request, model, version)  # a fallback model's own work
         client = self._pools.get(pool) or self._pools["cpu"]
         deadline = Deadline(at=self._clock() + budget_s, clock=self._clock)
-        hop = dataclasses.replace(work, deadline_at=self._wall() + budget_s)
+        hop = work.for_hop(self._wall() + budget_s)
 
         async def attempt() -> PoolReply:
             return await client.run(hop)
@@ -166,9 +168,9 @@ class PoolExecutor:
 
     async def _work_for(self, request: RoutedRequest, model: str,
                         version: str | None) -> PoolWork:
+        """The work for a fallback model step naming another model than the primary's (the
+        primary's own work, resolved and validated once, is used as it is)."""
         work = request.work
-        if model == work.model and version in (None, work.version):
-            return work  # the primary (or a step naming the same model): resolved once
         entry, version = await self._catalog.resolve(model, version)
         try:  # a fallback model's schema is config, not caller input: a mismatch is a failure
             inputs = validate_inputs(config_of(entry), dict(request.inputs))

@@ -1,9 +1,13 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from policies.admission import (
     AdmissionConfig,
     AdmissionSnapshot,
+    admission_floors,
+    admits_at_once,
     decide_admission,
     shed_classes,
     throttle_reject_probability,
@@ -91,3 +95,37 @@ def test_sre_book_rejection_probability(requests, accepts, k, p):
 def test_k_must_be_positive():
     with pytest.raises(ValueError, match="k must be > 0"):
         throttle_reject_probability(1, 1, 0)
+
+
+_DELAY = st.floats(min_value=0.0, max_value=2.0, allow_nan=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    in_flight=st.lists(st.integers(0, 8), min_size=4, max_size=4),
+    capacity=st.integers(0, 64),
+    delays=st.lists(_DELAY, min_size=4, max_size=4),
+    budget=_DELAY,
+    util=st.lists(st.sampled_from([0.25, 0.5, 0.6, 0.8, 1.0, 1.5]), min_size=4, max_size=4),
+    ceil=st.lists(st.floats(0.01, 3.0), min_size=4, max_size=4),
+)
+def test_admits_at_once_only_where_the_full_decision_admits_every_class(
+        in_flight, capacity, delays, budget, util, ceil):
+    cfg = AdmissionConfig(max_utilization={p.label: u for p, u in zip(P, util, strict=True)},
+                          max_queue_delay_s={p.label: c for p, c in zip(P, ceil, strict=True)})
+    s = AdmissionSnapshot(capacity=capacity, in_flight=dict(zip(P, in_flight, strict=True)),
+                          queue_delay_s=dict(zip(P, delays, strict=True)))
+    quick = admits_at_once(admission_floors(cfg), in_flight=sum(in_flight), capacity=capacity,
+                           longest_delay_s=max(delays), budget_s=budget)
+    if quick:
+        assert all(decide_admission(s, priority=p, budget_s=budget, config=cfg).admit for p in P)
+
+
+def test_admits_at_once_defers_to_the_full_decision_near_any_ceiling():
+    floors = admission_floors(CFG)
+    assert floors == (0.6, 0.5)
+    assert admits_at_once(floors, in_flight=5, capacity=10, longest_delay_s=0.5, budget_s=1.0)
+    assert not admits_at_once(floors, in_flight=6, capacity=10, longest_delay_s=0.0, budget_s=1.0)
+    assert not admits_at_once(floors, in_flight=0, capacity=10, longest_delay_s=0.51, budget_s=9)
+    assert not admits_at_once(floors, in_flight=0, capacity=10, longest_delay_s=0.2, budget_s=0.1)
+    assert not admits_at_once(floors, in_flight=0, capacity=0, longest_delay_s=0.0, budget_s=1.0)
