@@ -73,6 +73,9 @@ class QueueState:
         self.by_name: dict[str, ModelKey] = {}
         self._ids = itertools.count()
         self._max_queue = max_queue
+        # At least the number of requests queued: submits add to it, and only a recount (when it
+        # reaches the bound) lowers it, so the bound costs no walk over every model's queue.
+        self._queued_at_most = 0
 
     def add(self, key: ModelKey, config: ModelConfig) -> None:
         self.models[key] = ModelQueue(config=config)
@@ -89,13 +92,16 @@ class QueueState:
     def submit(self, key: ModelKey, inputs: dict[str, torch.Tensor], priority: Priority,
                deadline: float | None, now: float, future: asyncio.Future) -> Pending:
         """Queue a request (the caller checked the model is registered)."""
-        if sum(len(e.queue) for e in self.models.values()) >= self._max_queue:
-            raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
+        if self._queued_at_most >= self._max_queue:
+            self._queued_at_most = sum(len(e.queue) for e in self.models.values())
+            if self._queued_at_most >= self._max_queue:
+                raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
         rows = int(next(iter(inputs.values())).shape[0])
         p = Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline, now, future)
         entry = self.models[key]
         entry.arrived(now)
         entry.queue.append(p)
+        self._queued_at_most += 1
         return p
 
     def model_views(self, *, resident, swap_cost_s, stale,
