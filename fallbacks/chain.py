@@ -143,8 +143,6 @@ def _result(res: _StepAnswer, step: CompiledStep | None, target: Target | None,
                        pool=target.pool if target is not None else None)
 
 
-
-
 class ChainRunner:
     """Runs a primary call and its fallback chain within a :class:`Deadline`.
 
