@@ -134,7 +134,6 @@ class Pipeline:
             load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng,
             text_embedder=text_embedder)
         self._in_flight: dict[tuple[str, Priority], int] = {}
-        self._pool_in_flight: dict[str, int] = {}
         self._floors = admission_floors(config.admission) if config.admission else (0.0, 0.0)
         self._wait_cache: dict[str, tuple[Sequence, dict[Priority, float], float]] = {}
 
@@ -247,7 +246,6 @@ class Pipeline:
                              request_id=req.request_id, work=work)
         key = (pool, req.priority)
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
-        self._pool_in_flight[pool] = self._pool_in_flight.get(pool, 0) + 1
         try:
             res = await self.runner.run(
                 freq, deadline=deadline, chain=self.catalog.chain(work.model),
@@ -255,7 +253,6 @@ class Pipeline:
                 local_only=req.shed_reason is not None)  # shed at the edge: no pool at all
         finally:
             self._in_flight[key] -= 1
-            self._pool_in_flight[pool] -= 1
         reply, timings = res.reply, None
         if reply is not None:  # a model answered: its pool's timings
             timings = Timings(queue_ms=reply.queue_ms, compute_ms=reply.compute_ms,
@@ -275,14 +272,13 @@ class Pipeline:
             return None
         delay, longest = self._waits(pool)
         budget_s = deadline.remaining()
-        if admits_at_once(self._floors, in_flight=self._pool_in_flight.get(pool, 0),
+        in_flight = {p: self._in_flight.get((pool, p), 0) for p in PRIORITIES}
+        if admits_at_once(self._floors, in_flight=sum(in_flight.values()),
                           capacity=self.config.pool_capacity, longest_delay_s=longest,
                           budget_s=budget_s):
             return None  # what decide_admission would say, without building its snapshot
-        snap = AdmissionSnapshot(
-            capacity=self.config.pool_capacity,
-            in_flight={p: self._in_flight.get((pool, p), 0) for p in PRIORITIES},
-            queue_delay_s=delay)
+        snap = AdmissionSnapshot(capacity=self.config.pool_capacity, in_flight=in_flight,
+                                 queue_delay_s=delay)
         decision = decide_admission(snap, priority=priority, budget_s=budget_s, config=config)
         return None if decision.admit else f"shed: {decision.reason}"
 
