@@ -75,3 +75,22 @@ def test_work_pickles_without_the_config_and_keeps_every_other_field():
     assert (back.model, back.version, back.priority, back.deadline_at, back.arrived_at,
             back.caller, back.request_id) == ("m", "1", Priority.REALTIME, 2.0, 1.5, "c", "r")
     assert np.array_equal(back.inputs["x"], work.inputs["x"])
+
+
+def test_for_hop_keeps_every_field_but_the_deadline():
+    import dataclasses
+
+    from pool.config import ModelConfig
+
+    cfg = ModelConfig(name="m", inputs=[{"name": "x", "dtype": "FP32", "shape": [2]}],
+                      outputs=[{"name": "y", "dtype": "FP32", "shape": [1]}])
+    work = PoolWork("m", "3", {"x": np.zeros((1, 2), np.float32)}, Priority.BATCH,
+                    deadline_at=100.0, arrived_at=90.0, caller="c", request_id="r", config=cfg)
+    hop = work.for_hop(95.0)
+    assert hop.deadline_at == 95.0
+    names = [f.name for f in dataclasses.fields(PoolWork)]
+    assert names == ["model", "version", "inputs", "priority", "deadline_at", "arrived_at",
+                     "caller", "request_id", "config"], "a new PoolWork field: carry it in for_hop"
+    for name in names:
+        if name != "deadline_at":
+            assert getattr(hop, name) is getattr(work, name), name
