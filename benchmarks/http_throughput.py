@@ -172,7 +172,8 @@ def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
         for rate in args.rates:
             r = load(arm, duration_s=args.open_s, rate=rate, warmup_s=0.5)
             sweeps[arm][str(rate)] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
-                                      "n_degraded": r["n_degraded"], "scheduled": r["scheduled"]}
+                                      "n_degraded": r["n_degraded"], "scheduled": r["scheduled"],
+                                      "errors": r["errors"]}
             over = [v.get("p99_ms", 1e9) >= P99_LIMIT_MS for v in sweeps[arm].values()]
             if len(over) >= 2 and over[-1] and over[-2]:
                 break  # two rates past the knee in a row: higher ones only queue more
@@ -228,7 +229,8 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
     ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        ts_args: dict[str, Any] = {"repository": str(repo), "environment": "test"}
+        ts_args: dict[str, Any] = {"repository": str(repo), "environment": "test",
+                                   **args.ts_args}
         listener_port = free_port()
         if args.ingress == "listener":
             ts_args["listener"] = {"port": listener_port}
@@ -318,6 +320,7 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
         "model": args.model,
         "ray_env": _ray_env(args),
         "ingress": args.ingress,
+        "ts_args": args.ts_args,
         "serve_access_log": _access_log(args),
         "forward_in_process": forward,
         "http": http,
@@ -375,6 +378,9 @@ def main(argv: list[str] | None = None) -> None:
                         "stock's to its direct-ingress port")
     p.add_argument("--access-log", choices=("on", "off"),
                    help="Serve's access log in both apps (default: as deploy/config.yaml)")
+    p.add_argument("--ts-args", type=json.loads, default={}, metavar="JSON",
+                   help='Timeshare app args on top of the benchmark\'s, e.g. '
+                        '\'{"cpu_pool": {"inline_ms": 0}}\' (every chunk on the device thread)')
     p.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     args = p.parse_args(argv)
     if args.quick:

@@ -19,8 +19,12 @@ class DeviceSpec:
     and back costs ~0.5 ms on a busy 2-core host, more than a small model's forward pass, and
     under load it cost 40 % of background throughput. A model runs inline only after
     ``INLINE_AFTER_RUNS`` measured runs on the device thread, and never again once a chunk of it
-    took 10x ``inline_ms`` (a hang blocks the loop at most once). Set 0 where the loop is shared
-    with other work that must stay responsive (the ingress's in-process CPU pool).
+    took 10x ``inline_ms`` (a hang blocks the loop at most once).
+    ``inline_bounded_only``: inline only models whose forward pass is proven bounded by its input
+    shapes (``pool._private.bounded``: a TorchScript or exported graph without loops, Python
+    calls or values read as sizes), so no request's values can hang the loop. For loops shared
+    with other work that must stay responsive (the ingress's in-process CPU pool); 0
+    ``inline_ms`` keeps every chunk on the device thread.
     ``pin_cores`` (CPU only; ``auto`` | ``on`` | ``off``): with two or more replicas on a
     machine, each pins its threads to its own share of the physical cores; ``auto`` does so on
     multi-socket machines only (``pool._private.cpu_affinity`` says why).
@@ -35,6 +39,7 @@ class DeviceSpec:
     chunk_size: int = 256
     threads: int | None = None
     inline_ms: float = 3.0
+    inline_bounded_only: bool = False
     pin_cores: str = "auto"
 
     def __post_init__(self) -> None:

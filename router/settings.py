@@ -42,8 +42,9 @@ class PoolSettings(BaseModel):
     chunk_size: int = Field(256, ge=1, description="Max rows per chunk of a low-priority batch.")
     inline_ms: float = Field(
         3.0, ge=0, description="CPU devices: chunks estimated at most this long run on the "
-                               "pool's event loop instead of a device thread (no thread hop); 0 "
-                               "= never. Not used on CUDA, nor by the ingress's in-process pool.")
+        "pool's event loop instead of a device thread (no thread hop); 0 = never. Not used on "
+        "CUDA. In the ingress's in-process pool at most 1 ms, and only for models whose graph "
+        "is proven bounded by its input shapes (TorchScript or torch.export without loops).")
     pin_cores: Literal["auto", "on", "off"] = Field(
         "auto", description="CPU pools with 2+ replicas on a machine: pin each replica's "
         "threads to its own share of the physical cores. auto = on multi-socket machines only "

@@ -9,6 +9,7 @@ out of memory evicts every idle model and retries once. Also the load-time warm-
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from policies.priority import Priority
+from pool._private.bounded import why_unbounded
 from pool._private.queue import ModelQueue, Pending
 from pool._private.residency import Residency, SwapIn
 from pool.config import ModelConfig
@@ -30,6 +32,7 @@ __all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ChunkOutput", "ChunkRunner", "d
            "name_outputs", "warm_up", "warmed_loader", "with_threads"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
 INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
@@ -47,6 +50,7 @@ class ChunkOutput:
     compute_s: float
     swap_s: float
     inline: bool
+    inline_cpu_s: float | None = None  # the loop thread's CPU time in an inline chunk
 
 
 def device_thread(device: DeviceSpec) -> ThreadPoolExecutor:
@@ -72,11 +76,20 @@ class ChunkRunner:
     def in_device_thread(self, fn, *args):
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def runs_inline(self, entry: ModelQueue, rows: int, swap: SwapIn | None) -> bool:
+    def runs_inline(self, entry: ModelQueue, rows: int, swap: SwapIn | None,
+                    module: nn.Module) -> bool:
         """Run this chunk on the loop thread? (see DeviceSpec.inline_ms)"""
-        if (self._streams is not None or not self.inline_s or not entry.inline_ok
+        if (self._streams is not None or not self.inline_s or entry.inline_refused is not None
                 or entry.thread_runs < INLINE_AFTER_RUNS):
             return False
+        if self.device.inline_bounded_only and not entry.graph_read:
+            entry.graph_read = True
+            reason = why_unbounded(module)
+            if reason is not None:
+                entry.inline_refused = f"not proven bounded by its input shapes: {reason}"
+                log.info("%s on %s: chunks stay on the device thread (%s)",
+                         entry.config.name, self.device.label, entry.inline_refused)
+                return False
         estimate = rows * entry.ewma_row_s
         if swap is not None:
             estimate += self.tiers.copy_cost_s(swap)
@@ -95,12 +108,15 @@ class ChunkRunner:
                     for t in entry.config.inputs]
         stream = self._streams[priority] if self._streams else None
         copy = partial(self.tiers.copy, swap) if swap is not None else None
-        inline = self.runs_inline(entry, rows, swap)
+        inline = self.runs_inline(entry, rows, swap, module)
+        inline_cpu_s = None
         with self.tiers.memory.running(name):
             t0 = time.perf_counter()
             try:
                 if inline:
+                    cpu0 = time.thread_time()
                     raw, device_s, copy_s = self._inline(_forward, module, args, dev, None, copy)
+                    inline_cpu_s = time.thread_time() - cpu0
                 else:
                     raw, device_s, copy_s = await self.in_device_thread(
                         _forward, module, args, dev, stream, copy)
@@ -121,7 +137,21 @@ class ChunkRunner:
             compute_s = time.perf_counter() - t0 - copy_s
         self.tiers.memory.touch(name)
         return ChunkOutput(name_outputs(entry.config, raw), rows, device_s, copy_s, compute_s,
-                           swap_s, inline)
+                           swap_s, inline, inline_cpu_s)
+
+    def stall(self, out: ChunkOutput) -> str | None:
+        """Why ``out`` disqualifies its model from inline for good (None: it does not): a chunk
+        over ``INLINE_STALL`` x ``inline_ms``. With ``inline_bounded_only`` only an inline chunk
+        that spent that long on the CPU counts: a bounded graph cannot sleep, so a slow chunk
+        that did not compute was the host's doing (the thread preempted, or waiting for the GIL),
+        and a slow chunk on the device thread never blocked the loop."""
+        limit = INLINE_STALL * self.inline_s
+        took_s = out.device_s + out.copy_s
+        if not self.inline_s or took_s <= limit:
+            return None
+        if self.device.inline_bounded_only and (out.inline_cpu_s or 0.0) <= limit:
+            return None
+        return f"a chunk took {took_s * 1e3:.1f} ms, over {INLINE_STALL:g}x inline_ms"
 
     def _inline(self, fn, *args):
         return with_threads(self.threads, fn, *args)

@@ -56,7 +56,10 @@ class ModelQueue:
     last_arrival: float | None = None
     ewma_gap_s: float = float("inf")  # inter-arrival time: does waiting for a batch pay?
     thread_runs: int = 0  # chunks measured on the device thread
-    inline_ok: bool = True  # False for good once a chunk stalled (see DeviceSpec.inline_ms)
+    # Why this model never runs inline (a chunk stalled, or its graph is not proven bounded:
+    # see DeviceSpec.inline_ms); None while it may.
+    inline_refused: str | None = None
+    graph_read: bool = False  # its graph was read for inline_bounded_only
 
     def arrived(self, now: float) -> None:
         if self.last_arrival is not None:

@@ -54,6 +54,8 @@ def worker_status(w: DeviceWorker) -> dict[str, Any]:
         "expired": w.expired,
         "chunks": w.chunks,
         "inline_chunks": w.inline_chunks,
+        "not_inline": {str(k): e.inline_refused for k, e in w.queues.models.items()
+                       if e.inline_refused is not None},
         "memory": {"used_bytes": mem.used_bytes, "free_bytes": mem.free_bytes,
                    "total_bytes": mem.capacity_bytes, "reserve_bytes": mem.reserve_bytes,
                    "host_used_bytes": w.tiers.host.used_bytes,

@@ -37,7 +37,6 @@ from policies.scheduling import (
 )
 from pool._private.chunk import (
     INLINE_AFTER_RUNS,
-    INLINE_STALL,
     ChunkOutput,
     ChunkRunner,
     device_thread,
@@ -344,9 +343,9 @@ class DeviceWorker:
             self.inline_chunks += 1
         else:
             entry.thread_runs += 1
-        runner = self.chunk_runner
-        if runner.inline_s and out.device_s + out.copy_s > INLINE_STALL * runner.inline_s:
-            entry.inline_ok = False
+        stall = self.chunk_runner.stall(out)
+        if stall is not None:
+            entry.inline_refused = stall
         # The cost per row sizes chunks in time: measured in the device call, so the thread hop
         # and event-loop delays (which vary with load, not with rows) do not shrink chunks. A
         # stale estimate (a long-idle model, or one slowed by a past stall) is replaced whole.

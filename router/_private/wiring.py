@@ -14,16 +14,22 @@ __all__ = ["embedder", "route_strategies", "serve_metrics", "start_local_pool"]
 
 log = logging.getLogger("ray.serve")
 
+# The longest chunk the ingress's in-process pool runs on the ingress's own loop: a few requests'
+# worth of the loop's own work (docs/PERFORMANCE.md, eleventh session).
+INGRESS_INLINE_MS = 1.0
+
 
 async def start_local_pool(s: AppSettings) -> PoolService | None:
     """The CPU pool inside the ingress (``cpu_pool.placement: ingress``), started; else None."""
     if s.cpu_pool.placement != "ingress":
         return None
-    # inline_ms 0: the ingress's loop must stay responsive (deadlines, fallbacks) even while a
-    # model runs or hangs, so every chunk goes to the device thread.
+    # The ingress's loop must stay responsive (deadlines, fallbacks) even while a model runs or
+    # hangs: only a model proven bounded by its input shapes may run a chunk on it, and only a
+    # chunk of at most INGRESS_INLINE_MS; every other chunk goes to the device thread.
+    device = {**cpu_device(s.cpu_pool), "inline_bounded_only": True,
+              "inline_ms": min(s.cpu_pool.inline_ms, INGRESS_INLINE_MS)}
     local = PoolService(
-        "cpu", s.repository, s.resolved_state_dir(),
-        {**cpu_device(s.cpu_pool), "inline_ms": 0.0},
+        "cpu", s.repository, s.resolved_state_dir(), device,
         poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust,
         compile_cache_dir=s.compile_cache_dir)
     await local.start()

@@ -47,6 +47,24 @@ def workdir(demo_repo_master, tmp_path) -> tuple[Path, int, int]:
     return tmp_path, port, listener_port
 
 
+def _assert_bounded_graphs_run_inline(port: int, x: np.ndarray) -> None:
+    """The ingress's in-process CPU pool runs digits-small (TorchScript without loops) on its
+    loop once measured, and keeps an eager (safetensors + Python architecture) model off it."""
+    base = f"http://127.0.0.1:{port}"
+    skip = {"cache_skip_read": True, "cache_skip_write": True}
+    for model, name, row in (("digits-small", "pixels", x[0]),
+                             ("iris-mlp2x16", "features", np.ones(4, np.float32))):
+        body = {"inputs": [{"name": name, "shape": [1, len(row)], "datatype": "FP32",
+                            "data": row.tolist()}], "parameters": skip}
+        for _ in range(10):
+            r = httpx.post(f"{base}/v2/models/{model}/infer", json=body, timeout=30)
+            assert r.status_code == 200, r.text
+    device = httpx.get(f"{base}/v2/status", timeout=30).json()["pools"]["cpu"]["device"]
+    assert device["inline_chunks"] > 0, device
+    assert not any(k.startswith("digits-small@") for k in device["not_inline"]), device
+    assert "runs Python code" in device["not_inline"]["iris-mlp2x16@1"], device
+
+
 @pytest.mark.parametrize("ray_settings", ["ray_defaults", "make_serve"])
 def test_serve_run_config_answers_over_http(workdir, ray_settings):
     """Under Ray's defaults (``serve run`` by hand) and under the settings ``make serve`` uses
@@ -99,6 +117,7 @@ def test_serve_run_config_answers_over_http(workdir, ray_settings):
         out = lr.json()["outputs"][0]
         assert (np.asarray(out["data"]).reshape(out["shape"]).argmax(1) == y).mean() > 0.9
         assert httpx.get(f"http://127.0.0.1:{listener_port}/v2/health/ready").status_code == 200
+        _assert_bounded_graphs_run_inline(listener_port, x[:1])
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # serve run shuts the app and its Ray down on ^C
         try:

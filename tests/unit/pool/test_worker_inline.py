@@ -1,14 +1,17 @@
 """Small CPU chunks run on the worker's loop thread (no thread hop), under the rules of
-``DeviceSpec.inline_ms``: measured on the device thread first, never again after a stall."""
+``DeviceSpec.inline_ms``: measured on the device thread first, never again after a stall, and
+with ``inline_bounded_only`` (the ingress's pool) only for graphs proven bounded."""
 
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
 from pool import ModelKey
+from pool._private.chunk import ChunkOutput, ChunkRunner
 from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker
 from pool.device import DeviceSpec
 from tests.unit.pool.test_worker_cpu import config
@@ -37,11 +40,12 @@ class Probe(nn.Module):
 async def probe_worker():
     made = []
 
-    async def _make(inline_ms: float, threads: int = 1):
+    async def _make(inline_ms: float, threads: int = 1, *, bounded_only: bool = False,
+                    module: nn.Module | None = None):
         w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=1 << 20, threads=threads,
-                                    inline_ms=inline_ms))
+                                    inline_ms=inline_ms, inline_bounded_only=bounded_only))
         probe = Probe()
-        await w.add_model(KEY, config("probe"), lambda: probe)
+        await w.add_model(KEY, config("probe"), lambda: module or probe)
         probe.seen.clear()  # warm-up passes
         made.append(w)
         return w, probe
@@ -79,6 +83,28 @@ async def test_a_stalling_model_never_runs_inline_again(probe_worker):
         await w.infer(KEY, {"x": x})
     assert w.queues.models[KEY].ewma_row_s < 0.005
     assert all(_on_device_thread(probe.seen))  # disqualified for good
+    assert "over 10x inline_ms" in w.status()["not_inline"]["probe@1"]
+
+
+async def test_bounded_only_keeps_python_code_off_the_loop(probe_worker):
+    """The ingress's pool: an eager model (here one that could hang on a value) never runs on
+    the loop, however cheap it measured, and the status says why."""
+    w, probe = await probe_worker(inline_ms=50.0, bounded_only=True)
+    for _ in range(INLINE_AFTER_RUNS + 4):
+        await w.infer(KEY, {"x": torch.randn(1, 16)})
+    assert all(_on_device_thread(probe.seen)) and w.status()["inline_chunks"] == 0
+    assert "runs Python code" in w.status()["not_inline"]["probe@1"]
+
+
+async def test_bounded_only_runs_a_scripted_graph_inline(probe_worker):
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 4).eval()
+    w, _ = await probe_worker(inline_ms=50.0, bounded_only=True, module=torch.jit.script(lin))
+    x = torch.randn(2, 16)
+    for _ in range(INLINE_AFTER_RUNS + 4):
+        r = await w.infer(KEY, {"x": x})
+        assert torch.equal(r.outputs["y"], lin(x).detach())
+    assert w.status()["inline_chunks"] == 4 and w.status()["not_inline"] == {}
 
 
 async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
@@ -103,3 +129,24 @@ async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
 def test_negative_inline_ms_is_rejected():
     with pytest.raises(ValueError, match="inline_ms must be >= 0, got -1"):
         DeviceSpec(kind="cpu", memory_budget_bytes=1024, inline_ms=-1)
+
+
+def _out(took_s: float, inline_cpu_s: float | None) -> ChunkOutput:
+    return ChunkOutput({}, 1, took_s, 0.0, took_s, 0.0, inline_cpu_s is not None, inline_cpu_s)
+
+
+@pytest.mark.parametrize(("bounded_only", "took_s", "cpu_s", "stalls"), [
+    (False, 0.06, None, True),    # any chunk over 10x inline_ms: a hang blocks the loop once
+    (False, 0.04, 0.04, False),   # under 10x
+    (True, 0.06, 0.06, True),     # a bounded graph that really computed that long
+    (True, 0.06, 0.001, False),   # 60 ms of wall time, 1 ms of CPU: the host, not the graph
+    (True, 0.06, None, False),    # on the device thread: the loop was never blocked
+])
+def test_what_counts_as_a_stall(bounded_only, took_s, cpu_s, stalls):
+    spec = DeviceSpec(kind="cpu", memory_budget_bytes=1024, inline_ms=5.0,
+                      inline_bounded_only=bounded_only)
+    runner = ChunkRunner(spec, SimpleNamespace(compute_streams=None), None)  # type: ignore[arg-type]
+    reason = runner.stall(_out(took_s, cpu_s))
+    assert (reason is not None) == stalls
+    if stalls:
+        assert reason == f"a chunk took {took_s * 1e3:.1f} ms, over 10x inline_ms"
