@@ -1,5 +1,5 @@
 """Where a cache-bypassed request's time goes inside the ingress, without Ray: the Pipeline over a
-``LocalPoolClient`` (device thread as in the ingress: ``inline_ms`` 0), with the ingress's
+``LocalPoolClient`` (every chunk on the device thread: ``inline_ms`` 0), with the ingress's
 recorders (telemetry, counters, call log). Evidence for docs/PERFORMANCE.md, not a benchmark.
 
     python -m benchmarks.pipeline_stages --json out.json [--n 3000] [--model digits-small]
@@ -8,7 +8,8 @@ Prints p50/mean of ``Pipeline.infer``, the median response timings, and cProfile
 request grouped by stage (profiling roughly doubles every figure; read them as shares). Then
 ``hop_c16``: 16 concurrent callers for ``--hop-s`` seconds while a CPU-bound co-tenant holds the
 loop 20 % of the time (as HTTP and Ray work do in the ingress), once with every chunk on the
-device thread (the ingress today) and once inline (``inline_ms`` 3): the cost of the hop.
+device thread and once inline (``inline_ms`` 3): the cost of the hop. (The ingress's own pool
+runs a bounded graph's chunks of at most 1 ms inline since the eleventh session of 2026-11-24.)
 """
 
 from __future__ import annotations
