@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from policies.inline import INLINE_AFTER_RUNS, INLINE_STALL, is_stall
 from policies.priority import Priority
 from pool._private.bounded import why_unbounded
 from pool._private.queue import ModelQueue, Pending
@@ -34,8 +35,6 @@ __all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ChunkOutput", "ChunkRunner", "d
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
-INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +139,11 @@ class ChunkRunner:
                            swap_s, inline, inline_cpu_s)
 
     def stall(self, out: ChunkOutput) -> str | None:
-        """Why ``out`` disqualifies its model from inline for good (None: it does not): a chunk
-        over ``INLINE_STALL`` x ``inline_ms``. With ``inline_bounded_only`` only an inline chunk
-        that spent that long on the CPU counts: a bounded graph cannot sleep, so a slow chunk
-        that did not compute was the host's doing (the thread preempted, or waiting for the GIL),
-        and a slow chunk on the device thread never blocked the loop."""
-        limit = INLINE_STALL * self.inline_s
+        """Why ``out`` disqualifies its model from inline for good (None: it does not; the rule
+        is ``policies.inline.is_stall``)."""
         took_s = out.device_s + out.copy_s
-        if not self.inline_s or took_s <= limit:
-            return None
-        if self.device.inline_bounded_only and (out.inline_cpu_s or 0.0) <= limit:
+        if not is_stall(took_s, out.inline_cpu_s, self.inline_s,
+                        bounded_only=self.device.inline_bounded_only):
             return None
         return f"a chunk took {took_s * 1e3:.1f} ms, over {INLINE_STALL:g}x inline_ms"
 

@@ -4,14 +4,12 @@ with ``inline_bounded_only`` (the ingress's pool) only for graphs proven bounded
 
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
 from pool import ModelKey
-from pool._private.chunk import ChunkOutput, ChunkRunner
 from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker
 from pool.device import DeviceSpec
 from tests.unit.pool.test_worker_cpu import config
@@ -130,23 +128,3 @@ def test_negative_inline_ms_is_rejected():
     with pytest.raises(ValueError, match="inline_ms must be >= 0, got -1"):
         DeviceSpec(kind="cpu", memory_budget_bytes=1024, inline_ms=-1)
 
-
-def _out(took_s: float, inline_cpu_s: float | None) -> ChunkOutput:
-    return ChunkOutput({}, 1, took_s, 0.0, took_s, 0.0, inline_cpu_s is not None, inline_cpu_s)
-
-
-@pytest.mark.parametrize(("bounded_only", "took_s", "cpu_s", "stalls"), [
-    (False, 0.06, None, True),    # any chunk over 10x inline_ms: a hang blocks the loop once
-    (False, 0.04, 0.04, False),   # under 10x
-    (True, 0.06, 0.06, True),     # a bounded graph that really computed that long
-    (True, 0.06, 0.001, False),   # 60 ms of wall time, 1 ms of CPU: the host, not the graph
-    (True, 0.06, None, False),    # on the device thread: the loop was never blocked
-])
-def test_what_counts_as_a_stall(bounded_only, took_s, cpu_s, stalls):
-    spec = DeviceSpec(kind="cpu", memory_budget_bytes=1024, inline_ms=5.0,
-                      inline_bounded_only=bounded_only)
-    runner = ChunkRunner(spec, SimpleNamespace(compute_streams=None), None)  # type: ignore[arg-type]
-    reason = runner.stall(_out(took_s, cpu_s))
-    assert (reason is not None) == stalls
-    if stalls:
-        assert reason == f"a chunk took {took_s * 1e3:.1f} ms, over 10x inline_ms"

@@ -1,0 +1,28 @@
+"""``policies.inline.is_stall``: which chunks disqualify a model from running inline for good."""
+
+import pytest
+
+from policies.inline import is_stall
+
+
+@pytest.mark.parametrize(("bounded_only", "took_s", "cpu_s", "stalls"), [
+    (False, 0.06, None, True),    # any chunk over 10x inline_ms: a hang blocks the loop once
+    (False, 0.04, 0.04, False),   # under 10x
+    (True, 0.06, 0.06, True),     # a bounded graph that really computed that long
+    (True, 0.06, 0.001, False),   # 60 ms of wall time, 1 ms of CPU: the host, not the graph
+    (True, 0.06, None, False),    # on the device thread: the loop was never blocked
+])
+def test_what_counts_as_a_stall(bounded_only, took_s, cpu_s, stalls):
+    assert is_stall(took_s, cpu_s, 0.005, bounded_only=bounded_only) is stalls
+
+
+def test_inline_off_never_stalls():
+    assert is_stall(10.0, 10.0, 0.0, bounded_only=False) is False
+
+
+def test_doctests():
+    import doctest
+
+    import policies.inline
+
+    assert doctest.testmod(policies.inline).failed == 0
