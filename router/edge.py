@@ -26,7 +26,6 @@ ingress replica is before this code runs (bounded by the ingress's ``max_ongoing
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
@@ -43,6 +42,7 @@ from policies.edge import (
     fallback_affordable,
 )
 from policies.priority import PRIORITIES, Priority, parse_priority
+from router._private.within import within
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 from router.loop_load import LoopLoad
 
@@ -371,9 +371,8 @@ class EdgeMiddleware:
         if wait <= 0:
             raise _Refused(408, f"body: arrived too slowly ({received} bytes so far)",
                            "RequestTimeout", "body")
-        try:
-            async with asyncio.timeout(wait):
-                return await receive()
+        try:  # the timer is armed only if the bytes are not there yet (router._private.within)
+            return await within(receive(), wait)
         except TimeoutError:
             raise _Refused(408, f"body: arrived too slowly ({received} bytes so far)",
                            "RequestTimeout", "body") from None
