@@ -10,8 +10,10 @@ answer is read from the graph the model was loaded as, never from running it:
   Python and turns no tensor into an ``int`` (which could size a later op by a value);
 - ``torch.export`` programs (not AOTInductor packages): the same rules over the FX graph, where
   control flow would appear as higher-order operators;
-- anything else (eager Python architectures, ONNX Runtime sessions, AOTInductor's compiled code,
-  ``torch.compile``, which may recompile on a new shape) is not proven bounded.
+- ONNX graphs: standard-domain ops only, no ``Loop``/``Scan``, no output sized by a request's
+  values (``pool._private.bounded_onnx``);
+- anything else (eager Python architectures, AOTInductor's compiled code, ``torch.compile``,
+  which may recompile on a new shape) is not proven bounded.
 
 Work that grows with the input's shape is bounded because the pool validates shapes and sizes
 chunks by their measured cost; the measured cost is the second guard (``INLINE_STALL``).
@@ -45,12 +47,16 @@ def why_unbounded(module: nn.Module) -> str | None:
     """None when ``module``'s forward pass is bounded by its input shapes, else why not."""
     import torch
 
+    from pool._private.bounded_onnx import onnx_reason
     from pool._private.export_format import _ExportedModule
+    from pool._private.onnx_format import OnnxModule
 
     if isinstance(module, torch.jit.ScriptModule):
         return _script_reason(module)
     if isinstance(module, _ExportedModule) and isinstance(module.graph, torch.fx.GraphModule):
         return _fx_reason(module.graph)
+    if isinstance(module, OnnxModule):
+        return onnx_reason(module.model_proto(), module.request_inputs)
     if type(module).__name__ == "OptimizedModule":
         return "torch.compile may recompile for a new shape"
     return f"{type(module).__name__} runs Python code (not a TorchScript or exported graph)"

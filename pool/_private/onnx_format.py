@@ -130,6 +130,17 @@ class OnnxModule(nn.Module):
         self._sessions: dict[str, Any] = {}
         self._lock = threading.Lock()
 
+    @property
+    def request_inputs(self) -> list[str]:
+        """The graph inputs a request fills (the others are the lifted weights)."""
+        return list(self._inputs)
+
+    def model_proto(self) -> Any:
+        """The graph as ORT runs it (an ``onnx.ModelProto``, weights lifted to inputs)."""
+        import onnx
+
+        return onnx.load_from_string(self._graph)
+
     def session(self, device: torch.device) -> Any:
         """The ORT session for ``device`` (CPU or CUDA execution provider), built once."""
         key = str(device)

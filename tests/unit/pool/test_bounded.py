@@ -78,3 +78,87 @@ def test_python_code_and_compiled_modules_are_not_proven():
     assert "runs Python code" in why_unbounded(digits_linear())
     assert why_unbounded(torch.compile(digits_linear())) == (
         "torch.compile may recompile for a new shape")
+
+
+# -- ONNX ---------------------------------------------------------------------------------------
+
+def _onnx(nodes, *, inputs=("x",), initializers=(), opset=17, shape=(None, 4)):
+    """An OnnxModule over a graph of ``nodes`` (request inputs ``inputs``, float, [N, 4])."""
+    from onnx import TensorProto, helper
+
+    from pool._private.onnx_format import OnnxModule
+
+    graph = helper.make_graph(
+        list(nodes), "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape)) for n in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return OnnxModule(model)
+
+
+def _ints(name, values):
+    import numpy as np
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray(values, dtype=np.int64), name)
+
+
+def test_the_demo_onnx_export_is_bounded(tmp_path):
+    from deploy.demo_formats import save_onnx
+    from pool._private.onnx_format import load_onnx
+    from pool.config import ModelConfig, TensorSpec
+
+    path = save_onnx(digits_cnn(), torch.zeros(2, 64), tmp_path, input_name="pixels")
+    config = ModelConfig(name="d", format="onnx",
+                         inputs=[TensorSpec(name="pixels", dtype="FP32", shape=[64])],
+                         outputs=[TensorSpec(name="logits", dtype="FP32", shape=[10])])
+    assert why_unbounded(load_onnx(path, "d", config)) is None
+
+
+def test_onnx_shapes_taken_from_constants_or_from_input_shapes_are_bounded():
+    from onnx import helper
+
+    shape_const = _onnx([helper.make_node("Expand", ["x", "s"], ["y"])],
+                        initializers=[_ints("s", [3, 4])])
+    from_shape = _onnx([helper.make_node("Shape", ["x"], ["s"]),
+                        helper.make_node("Mul", ["s", "two"], ["s2"]),
+                        helper.make_node("ConstantOfShape", ["s2"], ["y"])],
+                       initializers=[_ints("two", [2, 2])])
+    branches = _onnx([
+        helper.make_node("ReduceSum", ["x"], ["t"], keepdims=0),
+        helper.make_node("Cast", ["t"], ["c"], to=9),  # bool
+        helper.make_node("If", ["c"], ["y"],
+                         then_branch=_branch("Relu"), else_branch=_branch("Sigmoid"))])
+    for module in (shape_const, from_shape, branches):
+        assert why_unbounded(module) is None
+
+
+def _branch(op, extra=()):
+    from onnx import TensorProto, helper
+
+    return helper.make_graph([*extra, helper.make_node(op, ["x"], ["out"])], op,
+                             [], [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+
+
+def test_onnx_graphs_that_a_value_can_stretch_are_not():
+    from onnx import helper
+
+    # Tile's repeats computed from the request's values (through a Concat with a constant)
+    tiled = _onnx([helper.make_node("Cast", ["x"], ["i"], to=7),
+                   helper.make_node("ReduceMax", ["i"], ["m"], keepdims=1),
+                   helper.make_node("Concat", ["m", "one"], ["reps"], axis=0),
+                   helper.make_node("Tile", ["x", "reps"], ["y"])],
+                  initializers=[_ints("one", [1])])
+    loop = _onnx([helper.make_node("Loop", ["n", ""], ["y"], body=_branch("Relu"))],
+                 initializers=[_ints("n", 3)])
+    custom = _onnx([helper.make_node("FusedGemm", ["x", "x"], ["y"], domain="com.microsoft")])
+    hidden = _onnx([helper.make_node("If", ["c"], ["y"], then_branch=_branch("Relu"),
+                                     else_branch=_branch("Relu", [helper.make_node(
+                                         "Loop", ["", ""], ["z"], body=_branch("Relu"))]))],
+                   inputs=("x", "c"))
+    assert why_unbounded(tiled) == "an output sized by a tensor's values (Tile)"
+    assert why_unbounded(loop) == "a loop (Loop)"
+    assert why_unbounded(custom) == (
+        "an op outside the ONNX standard domain (com.microsoft.FusedGemm)")
+    assert why_unbounded(hidden) == "a loop (Loop)"

@@ -105,6 +105,27 @@ async def test_bounded_only_runs_a_scripted_graph_inline(probe_worker):
     assert w.status()["inline_chunks"] == 4 and w.status()["not_inline"] == {}
 
 
+async def test_bounded_only_runs_an_onnx_graph_inline(probe_worker):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pool._private.onnx_format import OnnxModule
+
+    weight = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+        initializer=[numpy_helper.from_array(weight, "w")])
+    module = OnnxModule(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    w, _ = await probe_worker(inline_ms=50.0, bounded_only=True, module=module)
+    x = torch.randn(2, 16)
+    for _ in range(INLINE_AFTER_RUNS + 4):
+        r = await w.infer(KEY, {"x": x})
+        assert torch.allclose(r.outputs["y"], x @ torch.from_numpy(weight), atol=1e-5)
+    assert w.status()["inline_chunks"] == 4 and w.status()["not_inline"] == {}
+
+
 async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
     w, probe = await probe_worker(inline_ms=0.0)
     for _ in range(INLINE_AFTER_RUNS + 3):
