@@ -30,7 +30,7 @@ _SIZED_BY_VALUES: dict[str, tuple[int, ...]] = {
     "Resize": (1, 2, 3), "Upsample": (1,), "OneHot": (1,), "Col2Im": (1, 2),
     "CenterCropPad": (1,), "MaxUnpool": (2,), "DFT": (1,), "STFT": (1, 3),
     "MelWeightMatrix": (0, 1, 2, 3, 4), "HannWindow": (0,), "HammingWindow": (0,),
-    "BlackmanWindow": (0,),
+    "BlackmanWindow": (0,), "AffineGrid": (1,), "ImageDecoder": (0,),
 }
 _SHAPE_OF = ("Shape", "Size")  # their values are the input's shape, not its values
 
