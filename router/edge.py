@@ -27,7 +27,6 @@ ingress replica is before this code runs (bounded by the ingress's ``max_ongoing
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
@@ -36,14 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.edge import (
     EdgeConfig,
-    EdgeSnapshot,
     body_wait_s,
     decide_edge,
     fallback_affordable,
 )
-from policies.priority import PRIORITIES, Priority, parse_priority
+from policies.priority import Priority, parse_priority
 from router._private.within import within
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
+from router.edge_state import EdgeState
 from router.loop_load import LoopLoad
 
 __all__ = ["ARRIVAL_KEY", "EdgeMiddleware", "EdgeSettings", "EdgeState", "arrival_s",
@@ -112,53 +111,6 @@ def shed_reason(scope: Scope) -> str | None:
     return scope.get(SHED_KEY)
 
 
-class EdgeState:
-    """What the edge owns: work in flight per class and the measured seconds per request.
-
-    The service time is an EWMA of the gap between completions while the backend stays busy
-    (1 / throughput under load), or of a request's own latency when it ran alone.
-    """
-
-    def __init__(self, *, initial_service_s: float, alpha: float = 0.1, rate_tau_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.in_flight: dict[Priority, int] = {p: 0 for p in Priority}
-        # admitted per second per class: an exponentially decayed count (time constant tau)
-        self._rate: dict[Priority, tuple[float, float]] = {p: (0.0, 0.0) for p in Priority}
-        self._tau = rate_tau_s
-        self.service_s = initial_service_s
-        self.readers = 0
-        self.counts: dict[str, int] = {}
-        self._alpha = alpha
-        self._clock = clock
-        self._last_done: float | None = None
-
-    def snapshot(self) -> EdgeSnapshot:
-        now = self._clock()
-        return EdgeSnapshot(dict(self.in_flight), self.service_s,
-                            {p: self._decayed(p, now) for p in PRIORITIES})
-
-    def _decayed(self, p: Priority, now: float) -> float:
-        rate, at = self._rate[p]
-        return rate * math.exp(-(now - at) / self._tau) if rate else 0.0
-
-    def count(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
-
-    def started(self, priority: Priority) -> None:
-        if not any(self.in_flight.values()):
-            self._last_done = None  # idle until now: the next gap is not a service time
-        self.in_flight[priority] += 1
-        now = self._clock()
-        self._rate[priority] = (self._decayed(priority, now) + 1.0 / self._tau, now)
-
-    def finished(self, priority: Priority, started_s: float) -> None:
-        now = self._clock()
-        self.in_flight[priority] -= 1
-        sample = now - (self._last_done if self._last_done is not None else started_s)
-        self.service_s += self._alpha * (max(sample, 0.0) - self.service_s)
-        self._last_done = now
-
-
 async def _respond(send: Send, status: int, error: str, type_: str, field: str | None,
                    retry_after: int | None = None) -> None:
     body: dict[str, Any] = {"error": error, "type": type_}
@@ -216,7 +168,8 @@ class EdgeMiddleware:
         self.max_body_bytes = max_body_bytes
         self.default_deadline_s = default_deadline_ms / 1000.0
         self.clock = clock
-        self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock)
+        self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock,
+                               standing_window_s=settings.admission.standing_window_s)
         self.loop_load = loop_load or LoopLoad()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -117,6 +117,26 @@ async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -
     assert mw.state.counts == {"shed:batch": 1}
 
 
+async def test_a_burst_passes_the_in_flight_share_until_it_has_stood_a_window() -> None:
+    """A pile-up on an idle edge (a pause of the host) is let through up to twice the share;
+    the same backlog, once it has stood for a whole window, sheds at the share."""
+    mw, app, clock = _mw(admission={"max_in_flight": 8}, shed_to_fallback=False)
+    app.hold.clear()
+
+    async def batch():
+        body = b'{"parameters": {"priority": "batch"}, "inputs": []}'
+        return await _call(mw, _scope(len(body)), [body])
+
+    held = [asyncio.create_task(batch()) for _ in range(9)]  # batch's share is 4, a burst 8
+    await asyncio.sleep(0.01)
+    assert mw.state.total == 8 and mw.state.counts == {"shed:batch": 1}
+    clock.t += 0.25  # the 8 have now stood through a whole window
+    status, _, payload = await batch()
+    assert status == 503 and json.loads(payload)["error"].startswith("overload:batch")
+    app.hold.set()
+    assert sorted(s for s, _, _ in await asyncio.gather(*held)) == [200] * 8 + [503]
+
+
 async def test_the_class_is_read_from_the_raw_body_realtime_included() -> None:
     mw, app, _ = _mw()
     app.hold.clear()

@@ -75,6 +75,51 @@ def test_in_flight_share_caps_each_class() -> None:
     assert not _decide({RT: 8}, RT, service_s=0.0, **cfg).admit
 
 
+def test_a_burst_on_a_short_backlog_may_pass_the_share_a_standing_one_may_not() -> None:
+    cfg = {"max_in_flight": 8}  # batch's share: 4 in flight; a burst: 8
+
+    def decide(total: int, standing: int | None):
+        snap = EdgeSnapshot({RT: total}, 0.0, standing=standing)
+        return decide_edge(snap, priority=BA, elapsed_s=0, deadline_s=0.5,
+                           config=EdgeConfig(max_queue_delay_s=TIGHT, **cfg))
+
+    assert decide(5, standing=1).admit  # the queue was short a moment ago: a burst
+    assert decide(7, standing=1).admit
+    assert not decide(8, standing=1).admit  # burst_factor 2 x the share
+    assert not decide(5, standing=2).admit  # half the share stood for a window: overload
+    assert not decide(5, standing=None).admit  # unknown: every backlog stands
+    one = EdgeConfig(max_queue_delay_s=TIGHT, burst_factor=1.0, **cfg)
+    assert not decide_edge(EdgeSnapshot({RT: 4}, 0.0, standing=0), priority=BA, elapsed_s=0,
+                           deadline_s=0.5, config=one).admit
+    with pytest.raises(ValueError, match="burst_factor"):
+        EdgeConfig(burst_factor=0.5)
+
+
+def test_the_backlog_stands_once_it_has_lasted_a_whole_window() -> None:
+    from router.edge_state import StandingBacklog
+
+    now = [0.0]
+    b = StandingBacklog(0.1, clock=lambda: now[0])
+    for n in range(1, 31):  # a burst of 30 in 10 ms, on an idle backend
+        now[0] += 0.0003
+        b.update(n)
+    assert b.value() == 0
+    for n in range(29, 2, -1):  # drained within the window: it never stood
+        now[0] += 0.001
+        b.update(n)
+    now[0] = 0.15
+    assert b.value() == 0  # the window before (0-0.1 s) saw the idle start
+    b.update(30)
+    now[0] = 0.25
+    assert b.value() == 3  # the whole window 0.1-0.2 s never went under 3
+    now[0] = 0.45  # 30 held since 0.15 s, through whole windows
+    assert b.value() == 30
+    b.update(0)
+    assert b.value() == 0
+    with pytest.raises(ValueError, match="window_s"):
+        StandingBacklog(0.0)
+
+
 def test_a_request_that_cannot_meet_its_deadline_is_shed_at_once() -> None:
     d = _decide({RT: 1}, RT, service_s=0.02, elapsed_s=0.47, deadline_s=0.5)
     assert not d.admit and d.reason == "would_miss_deadline"
