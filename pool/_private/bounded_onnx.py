@@ -52,8 +52,9 @@ def _graph_reason(graph: Any, fixed: set[str]) -> str | None:
         reason = _node_reason(node, fixed)
         if reason is not None:
             return reason
-        if node.op_type in _SHAPE_OF or node.op_type == "Constant" or all(
-                not name or name in fixed for name in node.input):
+        if node.op_type in _SHAPE_OF or node.op_type == "Constant" or (
+                not _subgraphs(node) and all(not name or name in fixed for name in node.input)):
+            # (a subgraph may read any outer name: its node's outputs are never taken as fixed)
             fixed.update(node.output)
     return None
 
@@ -67,9 +68,13 @@ def _node_reason(node: Any, fixed: set[str]) -> str | None:
     for pos in _SIZED_BY_VALUES.get(op, ()):
         if pos < len(node.input) and node.input[pos] and node.input[pos] not in fixed:
             return f"an output sized by a tensor's values ({op})"
-    for attr in node.attribute:  # If's branches: either may run
-        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-            reason = _graph_reason(sub, fixed)
-            if reason is not None:
-                return reason
+    for sub in _subgraphs(node):  # If's branches: either may run
+        reason = _graph_reason(sub, fixed)
+        if reason is not None:
+            return reason
     return None
+
+
+def _subgraphs(node: Any) -> list[Any]:
+    return [g for attr in node.attribute
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)]

@@ -142,7 +142,7 @@ def _branch(op, extra=()):
 
 
 def test_onnx_graphs_that_a_value_can_stretch_are_not():
-    from onnx import helper
+    from onnx import TensorProto, helper
 
     # Tile's repeats computed from the request's values (through a Concat with a constant)
     tiled = _onnx([helper.make_node("Cast", ["x"], ["i"], to=7),
@@ -162,3 +162,13 @@ def test_onnx_graphs_that_a_value_can_stretch_are_not():
     assert why_unbounded(custom) == (
         "an op outside the ONNX standard domain (com.microsoft.FusedGemm)")
     assert why_unbounded(hidden) == "a loop (Loop)"
+    # an If on a constant whose branch reads the request: its output is not a fixed size
+    reads_x = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["out"], to=7)], "reads_x", [],
+        [helper.make_tensor_value_info("out", TensorProto.INT64, None)])
+    smuggled = _onnx([helper.make_node("Constant", [], ["c"], value=helper.make_tensor(
+                          "c", TensorProto.BOOL, [], [True])),
+                      helper.make_node("If", ["c"], ["reps"], then_branch=reads_x,
+                                       else_branch=reads_x),
+                      helper.make_node("Tile", ["x", "reps"], ["y"])])
+    assert why_unbounded(smuggled) == "an output sized by a tensor's values (Tile)"
