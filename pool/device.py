@@ -22,7 +22,8 @@ class DeviceSpec:
     took 10x ``inline_ms`` (a hang blocks the loop at most once).
     ``inline_bounded_only``: inline only models whose forward pass is proven bounded by its input
     shapes (``pool._private.bounded``: a TorchScript or exported graph without loops, Python
-    calls or values read as sizes), so no request's values can hang the loop. For loops shared
+    calls or values read as sizes, or an ONNX graph by ``pool._private.bounded_onnx``'s rules),
+    so no request's values can hang the loop. For loops shared
     with other work that must stay responsive (the ingress's in-process CPU pool); 0
     ``inline_ms`` keeps every chunk on the device thread.
     ``pin_cores`` (CPU only; ``auto`` | ``on`` | ``off``): with two or more replicas on a
