@@ -115,8 +115,11 @@ class Ingress:
             cache=self.cache, breakers=self.breakers,
             quotas=self._quotas,
             load=self._load.get,
-            recorders=(TelemetryRecorder(self.telemetry), self.counters,
-                       CallLogRecorder(self.call_log), self.model_stats),
+            # Timeshare's request histograms only where something collects them
+            # (``prometheus_port``); alert counters, the call log and /v2/status always.
+            recorders=((TelemetryRecorder(self.telemetry),) if self.telemetry.metrics_read
+                       else ()) + (self.counters, CallLogRecorder(self.call_log),
+                                   self.model_stats),
         )
 
     def _start_alerting(self, s: AppSettings) -> None:

@@ -133,3 +133,24 @@ def test_prometheus_exposition_covers_every_dashboard_query() -> None:
     assert not any(name.startswith(("ray_serve", "serve_")) for name in exported)
     t.shutdown()
     assert "timeshare_" not in generate_latest(registry).decode()  # collector unregistered
+
+
+class _Spy:
+    """Stands in for an instrument: counts the points recorded on it."""
+
+    def __init__(self) -> None:
+        self.points: list[float] = []
+
+    def record(self, amount: float, attributes: object = None) -> None:
+        self.points.append(amount)
+
+
+def test_histograms_are_recorded_only_when_something_reads_them() -> None:
+    unread, read = Telemetry(), Telemetry.in_memory()
+    assert (unread.metrics_read, read.metrics_read) == (False, True)
+    for t in (unread, read):
+        t._request, t._queue = _Spy(), _Spy()  # type: ignore[assignment]
+        record_everything(t)
+    assert (unread._request.points, unread._queue.points) == ([], [])  # type: ignore[attr-defined]
+    assert read._request.points == [0.012, 0.002]  # type: ignore[attr-defined]
+    assert read._queue.points == [0.003]  # type: ignore[attr-defined]
