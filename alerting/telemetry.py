@@ -23,6 +23,11 @@ Per pool replica (labels pool, device, replica; read at scrape time, see
 ``timeshare_models_resident`` (tier device/host); per pool
 ``timeshare_pool_replica_restarts_total``.
 
+The two per-request histograms are aggregated in process (``alerting._private.histograms``:
+the SDK's per-point cost was about a tenth of a cache hit's CPU) and reach Prometheus by their
+own collector, under the names and labels above; OpenTelemetry readers other than Prometheus do
+not see them (``Telemetry.requests.snapshot()`` reads them in process).
+
 Each :class:`Telemetry` owns its MeterProvider/TracerProvider (never the process globals), so
 tests can build one with in-memory readers: ``Telemetry.in_memory()``.
 """
@@ -42,6 +47,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import INVALID_SPAN, Span
 
 from alerting._private.device_instruments import DeviceSample, register_device_instruments
+from alerting._private.histograms import HistogramCollector, LabelledHistogram
 
 __all__ = ["BREAKER_STATES", "SECONDS_BUCKETS", "Telemetry"]
 
@@ -87,28 +93,29 @@ class Telemetry:
             all_readers.append(self.prometheus_reader)
         resource = Resource.create({"service.name": service_name})
         self.meter_provider = MeterProvider(metric_readers=all_readers, resource=resource)
-        # Without a reader no collection ever happens: a recorded point is work nobody reads
-        # (the SDK's record is 3-6 µs, a few % of a cache hit's CPU, docs/PERFORMANCE.md).
-        self.metrics_read = bool(all_readers)
         self.tracer_provider = TracerProvider(resource=resource)
         self.tracing = span_exporter is not None
         if span_exporter is not None:
             self.tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
         self.tracer = self.tracer_provider.get_tracer("timeshare")
         self.meter = m = self.meter_provider.get_meter("timeshare")
-        hist = {"explicit_bucket_boundaries_advisory": list(SECONDS_BUCKETS)}
-        self._request = m.create_histogram(
-            "timeshare.request.duration",
-            unit="s",
-            description="End-to-end request duration",
-            **hist,
-        )
-        self._queue = m.create_histogram(
-            "timeshare.queue.delay",
-            unit="s",
-            description="Wait in the device scheduler queue",
-            **hist,
-        )
+        # The two per-request histograms are aggregated in process, not by the SDK (its record
+        # is 3-6 µs a point, alerting._private.histograms); Prometheus reads them by collector.
+        self.requests = LabelledHistogram(
+            "timeshare_request_duration_seconds", "End-to-end request duration",
+            ("model", "route", "served_by", "cache", "degraded"), SECONDS_BUCKETS)
+        self.queue_delays = LabelledHistogram(
+            "timeshare_queue_delay_seconds", "Wait in the device scheduler queue",
+            ("model", "priority", "device"), SECONDS_BUCKETS)
+        self._collector: tuple[Any, HistogramCollector] | None = None
+        if prometheus:
+            from prometheus_client import REGISTRY
+
+            reg = registry if registry is not None else REGISTRY
+            self._collector = (reg, HistogramCollector((self.requests, self.queue_delays)))
+            reg.register(self._collector[1])
+        # Whether anything collects the histograms: the ingress records them only then.
+        self.histograms_exported = self._collector is not None
         self._sent = m.create_counter(
             "timeshare.alerts.sent", description="Alert notifications by outcome"
         )
@@ -137,23 +144,11 @@ class Telemetry:
         duration_s: float,
     ) -> None:
         """One answered request. ``cache``: hit_local, hit_redis, hit_semantic or miss."""
-        if not self.metrics_read:
-            return
-        self._request.record(
-            duration_s,
-            {
-                "model": model,
-                "route": route,
-                "served_by": served_by,
-                "cache": cache,
-                "degraded": str(bool(degraded)).lower(),
-            },
-        )
+        self.requests.record(
+            duration_s, (model, route, served_by, cache, "true" if degraded else "false"))
 
     def record_queue_delay(self, *, model: str, priority: str, device: str, delay_s: float) -> None:
-        if not self.metrics_read:
-            return
-        self._queue.record(delay_s, {"model": model, "priority": priority, "device": device})
+        self.queue_delays.record(delay_s, (model, priority, device))
 
     def observe_devices(
         self,
@@ -202,6 +197,10 @@ class Telemetry:
             yield s
 
     def shutdown(self) -> None:
-        """Flush and detach readers (the Prometheus collector is unregistered)."""
+        """Flush and detach readers (the Prometheus collectors are unregistered)."""
+        if self._collector is not None:
+            registry, collector = self._collector
+            registry.unregister(collector)
+            self._collector = None
         self.meter_provider.shutdown()
         self.tracer_provider.shutdown()

@@ -117,7 +117,7 @@ class Ingress:
             load=self._load.get,
             # Timeshare's request histograms only where something collects them
             # (``prometheus_port``); alert counters, the call log and /v2/status always.
-            recorders=((TelemetryRecorder(self.telemetry),) if self.telemetry.metrics_read
+            recorders=((TelemetryRecorder(self.telemetry),) if self.telemetry.histograms_exported
                        else ()) + (self.counters, CallLogRecorder(self.call_log),
                                    self.model_stats),
         )

@@ -6,8 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from alerting._private.histograms import HistogramCollector, LabelledHistogram
 from alerting.telemetry import Telemetry
 from pool import DeviceCounters
 
@@ -54,9 +56,7 @@ def test_in_memory_reader_sees_attributes_and_spans() -> None:
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    assert set(metrics) == {
-        "timeshare.request.duration",
-        "timeshare.queue.delay",
+    assert set(metrics) == {  # the per-request histograms are Timeshare's own (below)
         "timeshare.swaps",
         "timeshare.swap",
         "timeshare.swap.duration",
@@ -72,10 +72,11 @@ def test_in_memory_reader_sees_attributes_and_spans() -> None:
         "timeshare.alerts.sent",
         "timeshare.alerts.dropped",
     }
-    points = metrics["timeshare.request.duration"].data.data_points
-    assert sorted(
-        (dict(p.attributes)["served_by"], dict(p.attributes)["degraded"], p.count) for p in points
-    ) == [("digits-small", "false", 1), ("rules", "true", 1)]
+    points = t.requests.snapshot()
+    assert sorted((p.labels["served_by"], p.labels["degraded"], p.count) for p in points) == [
+        ("digits-small", "false", 1), ("rules", "true", 1)]
+    (queued,) = t.queue_delays.snapshot()
+    assert queued.labels == {"model": "digits", "priority": "realtime", "device": "cuda:0"}
     (breaker,) = metrics["timeshare.breaker.state"].data.data_points
     assert breaker.value == 2
     depth = {dict(p.attributes)["priority"]: p.value
@@ -135,22 +136,43 @@ def test_prometheus_exposition_covers_every_dashboard_query() -> None:
     assert "timeshare_" not in generate_latest(registry).decode()  # collector unregistered
 
 
-class _Spy:
-    """Stands in for an instrument: counts the points recorded on it."""
 
-    def __init__(self) -> None:
-        self.points: list[float] = []
+def test_histogram_buckets_hold_their_upper_bound_and_export_cumulatively() -> None:
+    h = LabelledHistogram("x_seconds", "x", ("model",), (0.01, 0.1))
+    for v in (0.005, 0.01, 0.05, 0.1, 0.5):  # a value on a bound falls in that bound's bucket
+        h.record(v, ("m",))
+    h.record(0.2, ("n",))
+    by = {p.labels["model"]: p for p in h.snapshot()}
+    assert (by["m"].counts, by["m"].count) == ((2, 2, 1), 5)
+    assert by["m"].sum == pytest.approx(0.665)
+    assert (by["n"].counts, by["n"].count) == ((0, 0, 1), 1)
+    with pytest.raises(ValueError, match="1 label values expected"):
+        h.record(0.1, ("m", "extra"))
+    with pytest.raises(ValueError, match="increasing"):
+        LabelledHistogram("y", "y", ("model",), (0.1, 0.01))
+    registry = CollectorRegistry()
+    registry.register(HistogramCollector([h]))
+    text = generate_latest(registry).decode()
+    scope = 'otel_scope_name="timeshare",otel_scope_schema_url="",otel_scope_version=""'
+    for le, n in (("0.01", 2), ("0.1", 4), ("+Inf", 5)):
+        assert f'x_seconds_bucket{{le="{le}",model="m",{scope}}} {n}.0' in text, text
+    assert f'x_seconds_count{{model="m",{scope}}} 5.0' in text
+    assert f'x_seconds_sum{{model="m",{scope}}} 0.665' in text
 
-    def record(self, amount: float, attributes: object = None) -> None:
-        self.points.append(amount)
+
+def test_histograms_are_exported_only_with_prometheus() -> None:
+    registry = CollectorRegistry()
+    on, off = Telemetry(prometheus=True, registry=registry), Telemetry()
+    assert (on.histograms_exported, off.histograms_exported) == (True, False)
+    off.record_request(model="m", route="", served_by="m", cache="miss", degraded=False,
+                       duration_s=0.01)
+    assert [p.count for p in off.requests.snapshot()] == [1]  # readable in process all the same
+    on.shutdown()
+    off.shutdown()
 
 
-def test_histograms_are_recorded_only_when_something_reads_them() -> None:
-    unread, read = Telemetry(), Telemetry.in_memory()
-    assert (unread.metrics_read, read.metrics_read) == (False, True)
-    for t in (unread, read):
-        t._request, t._queue = _Spy(), _Spy()  # type: ignore[assignment]
-        record_everything(t)
-    assert (unread._request.points, unread._queue.points) == ([], [])  # type: ignore[attr-defined]
-    assert read._request.points == [0.012, 0.002]  # type: ignore[attr-defined]
-    assert read._queue.points == [0.003]  # type: ignore[attr-defined]
+def test_two_exporting_telemetries_can_share_a_registry() -> None:
+    registry = CollectorRegistry(auto_describe=True)  # as prometheus_client's global one
+    first, second = (Telemetry(prometheus=True, registry=registry) for _ in range(2))
+    first.shutdown()
+    second.shutdown()

@@ -14,10 +14,7 @@ from tests.unit.core.conftest import local_pipeline
 
 
 def _queue_points(t: Telemetry) -> list[dict]:
-    return [dict(p.attributes)
-            for rm in t.metric_reader.get_metrics_data().resource_metrics
-            for sm in rm.scope_metrics for m in sm.metrics if m.name == "timeshare.queue.delay"
-            for p in m.data.data_points]
+    return [p.labels for p in t.queue_delays.snapshot()]
 
 
 def test_queue_delay_is_labelled_with_the_pool_that_ran_the_model() -> None:

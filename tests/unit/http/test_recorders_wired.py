@@ -12,7 +12,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 async def test_no_metrics_port_no_request_histograms(ingress, client) -> None:
     assert ingress.settings.prometheus_port is None
-    assert not ingress.telemetry.metrics_read
+    assert not ingress.telemetry.histograms_exported
     kinds = {type(r) for r in ingress.pipeline._recorders}
     assert TelemetryRecorder not in kinds
     assert {CounterRecorder, CallLogRecorder, type(ingress.model_stats)} <= kinds
