@@ -139,7 +139,7 @@ class AppSettings(BaseModel):
     call_log: CallLogSettings = Field(default_factory=lambda: CallLogSettings(),
                                       description="Per-caller call log (cost attribution).")
     prometheus_port: int | None = Field(
-        None, ge=1, le=65535, description="Serve Timeshare's OpenTelemetry metrics here; "
+        None, ge=1, le=65535, description="Serve Timeshare's Prometheus metrics here; "
         "null = its request and queue-delay histograms are not recorded at all (nothing would "
         "read them), while Ray Serve's own metrics, alerts and /v2/status are unchanged.")
 

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 __all__ = ["HistogramCollector", "HistogramPoint", "LabelledHistogram"]
 
+_INF = float("inf")
 _SCOPE = {"otel_scope_name": "timeshare", "otel_scope_schema_url": "", "otel_scope_version": ""}
 
 
@@ -58,7 +59,10 @@ class LabelledHistogram:
         self._lock = threading.Lock()
 
     def record(self, value: float, labels: tuple[str, ...]) -> None:
-        """One point; ``labels``: the values in ``label_names`` order."""
+        """One point; ``labels``: the values in ``label_names`` order. A negative or non-finite
+        value is dropped, as the OpenTelemetry SDK drops it (a NaN would poison the sum)."""
+        if not 0.0 <= value < _INF:  # False for NaN too
+            return
         cell = self._cells.get(labels)
         if cell is None:
             if len(labels) != len(self.label_names):
@@ -99,8 +103,8 @@ class HistogramCollector(Collector):
             family = HistogramMetricFamily(h.name, h.description, labels=names)
             for p in h.snapshot():
                 running, buckets = 0, []
-                for bound, n in zip([*h.bounds, float("inf")], p.counts, strict=True):
+                for bound, n in zip([*h.bounds, _INF], p.counts, strict=True):
                     running += n
-                    buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+                    buckets.append(("+Inf" if bound == _INF else repr(bound), running))
                 family.add_metric([*p.labels.values(), *_SCOPE.values()], buckets, p.sum)
             yield family

@@ -142,6 +142,8 @@ def test_histogram_buckets_hold_their_upper_bound_and_export_cumulatively() -> N
     for v in (0.005, 0.01, 0.05, 0.1, 0.5):  # a value on a bound falls in that bound's bucket
         h.record(v, ("m",))
     h.record(0.2, ("n",))
+    for bad in (float("nan"), float("inf"), -0.1):  # dropped, as the SDK drops them
+        h.record(bad, ("m",))
     by = {p.labels["model"]: p for p in h.snapshot()}
     assert (by["m"].counts, by["m"].count) == ((2, 2, 1), 5)
     assert by["m"].sum == pytest.approx(0.665)
