@@ -45,6 +45,7 @@ __all__ = [
     "EdgeConfig",
     "EdgeDecision",
     "EdgeSnapshot",
+    "admits_at_once",
     "body_wait_s",
     "decide_edge",
     "fallback_affordable",
@@ -184,6 +185,29 @@ def decide_edge(snapshot: EdgeSnapshot, *, priority: Priority, elapsed_s: float,
         return EdgeDecision(False, "would_miss_deadline", delay,
                             retry_after_s=retry_after_s(snapshot))
     return EdgeDecision(True, None, delay)
+
+
+def admits_at_once(*, total: int, service_s: float, priority: Priority, elapsed_s: float,
+                   deadline_s: float, config: EdgeConfig) -> bool:
+    """A sufficient condition for :func:`decide_edge` to admit, from two numbers the edge
+    keeps current (``total`` in flight, ``service_s``), without building a snapshot.
+
+    It holds when fewer requests are in flight than the class's share of ``max_in_flight``
+    (the cap is that share or more), and the worst delay the snapshot could predict is within
+    both the class's ceiling and the request's budget. That worst case puts every request in
+    flight ahead plus one running below, on a backend that more urgent classes leave at its
+    floor of 5 %. False only means "ask the full decision".
+
+    >>> admits_at_once(total=3, service_s=0.001, priority=Priority.BATCH, elapsed_s=0.0,
+    ...                deadline_s=1.0, config=EdgeConfig())
+    True
+    """
+    label = priority.label
+    if total >= config.max_in_flight * config.in_flight_share[label]:
+        return False
+    worst = (total + 1) * service_s / _MIN_FREE
+    return (worst <= config.max_queue_delay_s[label]
+            and deadline_s >= elapsed_s + service_s + config.deadline_margin_s + worst)
 
 
 STANDING_SHARE = 0.5  # a backlog whose fewest in flight reached half a share stands

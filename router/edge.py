@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.edge import (
     EdgeConfig,
+    admits_at_once,
     body_wait_s,
     decide_edge,
     fallback_affordable,
@@ -193,9 +194,14 @@ class EdgeMiddleware:
             await _respond(send, *r.args4)
             return
         cfg = self.settings.admission
-        decision = decide_edge(self.state.snapshot(), priority=priority,
-                               elapsed_s=self.clock() - arrived,
-                               deadline_s=self._deadline_s(scope, body), config=cfg)
+        elapsed, deadline = self.clock() - arrived, self._deadline_s(scope, body)
+        st = self.state
+        if admits_at_once(total=st.total, service_s=st.service_s, priority=priority,
+                          elapsed_s=elapsed, deadline_s=deadline, config=cfg):
+            await self._forward(scope, receive, send, body, priority, arrived)
+            return
+        decision = decide_edge(st.snapshot(), priority=priority, elapsed_s=elapsed,
+                               deadline_s=deadline, config=cfg)
         if not decision.admit:
             self.state.count(f"shed:{priority.label}")
             why = (f"{decision.reason}: predicted queue delay "

@@ -6,9 +6,18 @@ import doctest
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import policies.edge
-from policies.edge import EdgeConfig, EdgeSnapshot, body_wait_s, decide_edge, predicted_delay_s
+from policies.edge import (
+    EdgeConfig,
+    EdgeSnapshot,
+    admits_at_once,
+    body_wait_s,
+    decide_edge,
+    predicted_delay_s,
+)
 from policies.priority import Priority
 from router.edge_body import SNIFF_BYTES, DepthScanner, sniff_deadline_ms, sniff_priority
 
@@ -197,3 +206,52 @@ def test_a_deadline_too_tight_even_when_idle_goes_on_to_its_fallback() -> None:
     d = _decide({RT: 4}, RT, service_s=0.02, elapsed_s=0.0, deadline_s=0.1,
                 max_queue_delay_s=loose)
     assert not d.admit and d.reason == "would_miss_deadline"
+
+
+_SORTED4 = st.lists(st.floats(0.01, 1.0), min_size=4, max_size=4).map(
+    lambda v: sorted(v, reverse=True))  # realtime's ceiling highest, as the config requires
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    in_flight=st.lists(st.integers(0, 40), min_size=4, max_size=4),
+    rates=st.lists(st.floats(0.0, 500.0), min_size=4, max_size=4),
+    service_s=st.floats(0.0, 0.05),
+    standing=st.one_of(st.none(), st.integers(0, 80)),
+    priority=st.sampled_from(list(Priority)),
+    elapsed_s=st.floats(0.0, 1.0),
+    deadline_s=st.floats(0.0, 2.0),
+    max_in_flight=st.integers(1, 64),
+    shares=_SORTED4,
+    ceilings=_SORTED4,
+    burst=st.floats(1.0, 3.0),
+)
+def test_admits_at_once_only_where_the_full_decision_admits(
+        in_flight, rates, service_s, standing, priority, elapsed_s, deadline_s, max_in_flight,
+        shares, ceilings, burst) -> None:
+    labels = [p.label for p in Priority]
+    cfg = EdgeConfig(max_in_flight=max_in_flight, burst_factor=burst,
+                     in_flight_share=dict(zip(labels, shares, strict=True)),
+                     max_queue_delay_s=dict(zip(labels, ceilings, strict=True)))
+    snap = EdgeSnapshot(dict(zip(Priority, in_flight, strict=True)), service_s,
+                        dict(zip(Priority, rates, strict=True)), standing=standing)
+    if admits_at_once(total=snap.total, service_s=service_s, priority=priority,
+                      elapsed_s=elapsed_s, deadline_s=deadline_s, config=cfg):
+        assert decide_edge(snap, priority=priority, elapsed_s=elapsed_s, deadline_s=deadline_s,
+                           config=cfg).admit
+
+
+def test_admits_at_once_defers_to_the_full_decision_near_any_limit() -> None:
+    cfg = EdgeConfig()  # interactive: share 24 of 32, ceiling 0.5 s; margin 5 ms
+
+    def quick(total: int, service_s: float = 0.001, elapsed_s: float = 0.0,
+              deadline_s: float = 1.0) -> bool:
+        return admits_at_once(total=total, service_s=service_s, priority=IA,
+                              elapsed_s=elapsed_s, deadline_s=deadline_s, config=cfg)
+
+    assert quick(0) and quick(23)
+    assert not quick(24)  # at the class's share: the burst rule needs the snapshot
+    assert quick(10, service_s=0.002)  # worst case 11 x 2 ms / 5 % = 0.44 s
+    assert not quick(10, service_s=0.003)  # 0.66 s: over the ceiling in the worst case
+    assert not quick(10, deadline_s=0.2)  # 0.22 s of worst case does not fit the budget
+    assert not quick(0, elapsed_s=0.99)  # nor does it once most of the budget is gone
