@@ -114,14 +114,18 @@ class Telemetry:
             reg = registry if registry is not None else REGISTRY
             self._collector = (reg, HistogramCollector((self.requests, self.queue_delays)))
             reg.register(self._collector[1])
-        # Whether anything collects the histograms: the ingress records them only then.
-        self.histograms_exported = self._collector is not None
         self._sent = m.create_counter(
             "timeshare.alerts.sent", description="Alert notifications by outcome"
         )
         self._dropped = m.create_counter(
             "timeshare.alerts.dropped", description="Alert notifications dropped (queue full)"
         )
+
+    @property
+    def histograms_exported(self) -> bool:
+        """Whether a Prometheus collector reads the per-request histograms (the ingress records
+        them only then)."""
+        return self._collector is not None
 
     @classmethod
     def in_memory(cls) -> Telemetry:
