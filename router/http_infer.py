@@ -45,6 +45,9 @@ MAX_NAME_CHARS = 256  # model, route and version names longer than this are refu
 Scope = MutableMapping[str, Any]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+# The four cache controls, built once (CacheControl is frozen): shared, never rebuilt per request.
+_CACHE_CONTROLS = {(r, w): CacheControl(skip_read=r, skip_write=w)
+                   for r in (False, True) for w in (False, True)}
 
 
 def match_infer(scope: Scope) -> tuple[str, str | None] | None:
@@ -93,11 +96,13 @@ def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
         if p.get(key) is not None and not isinstance(p[key], str):
             raise InvalidRequest(f"parameters.{key}: expected a string, got {p[key]!r}",
                                  field=f"parameters.{key}")
-    skip = {k: check_bool(p.get(f"cache_{k}", False), f"parameters.cache_{k}")
-            for k in ("skip_read", "skip_write")}
+    cache = _CACHE_CONTROLS[(check_bool(p.get("cache_skip_read", False),
+                                        "parameters.cache_skip_read"),
+                             check_bool(p.get("cache_skip_write", False),
+                                        "parameters.cache_skip_write"))]
     fields: dict[str, Any] = {
         "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
-        "deadline_ms": deadline_ms, "cache": CacheControl(**skip), "caller_key": caller_key,
+        "deadline_ms": deadline_ms, "cache": cache, "caller_key": caller_key,
     }
     if p.get("priority") is not None:
         fields["priority"] = p["priority"]

@@ -200,6 +200,18 @@ def _decode_tensor(item: Any, i: int, binary: memoryview) -> tuple[np.ndarray, i
     return cast_checked(arr.reshape(shape), dtype, f"{where}.data", datatype), 0
 
 
+_SMALL = 256  # up to this many floats, summing the list beats numpy's per-call overhead
+
+
+def _all_finite(arr: np.ndarray, data: list[Any]) -> bool:
+    """No NaN or infinity in ``arr`` (``data``: its values as a list). A small real array is
+    summed: any NaN or infinity makes the sum non-finite (a finite sum that overflows reads as
+    non-finite too, and only sends the answer down the standard library's path)."""
+    if arr.dtype.kind == "f" and len(data) <= _SMALL:
+        return math.isfinite(sum(data))
+    return bool(np.isfinite(arr).all())
+
+
 def _wire_dtype(arr: np.ndarray) -> str:
     return _NP_TO_WIRE.get(arr.dtype) or _NAME_TO_WIRE.get(arr.dtype.name, "FP32")
 
@@ -227,9 +239,9 @@ def encode_infer_response(
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
+            entry["data"] = data = arr.reshape(-1).tolist()
             if arr.dtype.kind in "fc" and finite:
-                finite = bool(np.isfinite(arr).all())
-            entry["data"] = arr.reshape(-1).tolist()
+                finite = _all_finite(arr, data)
         outs.append(entry)
     doc: dict[str, Any] = {
         "model_name": response.model,

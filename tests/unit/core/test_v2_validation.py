@@ -167,6 +167,18 @@ def test_encode_keeps_non_finite_outputs_as_json_literals():
     assert json.loads(payload)["outputs"][0]["data"] == [np.float32(1e-5).item(), 0.25]
 
 
+@pytest.mark.parametrize("values", [
+    [1.0, -np.inf], [np.inf, -np.inf], [0.0] * 300 + [np.nan], [1e308, 1e308], [0.5] * 300])
+def test_encode_finds_non_finite_outputs_of_any_size(values):
+    y = np.array([values], np.float64)
+    resp = InferenceResponse(request_id="r1", model="m", version="2", outputs={"y": y},
+                             served_by="cpu:m@2", timings=Timings())
+    payload, _ = encode_infer_response(resp, decode_infer_request(_body(), None))
+    assert b"null" not in payload  # NaN and infinities stay literals, never null
+    back = json.loads(payload)["outputs"][0]["data"]  # the standard library reads NaN back
+    assert np.array_equal(np.array(back), y.reshape(-1), equal_nan=True)
+
+
 def test_encode_takes_numpy_scalars_in_labels():
     resp = InferenceResponse.model_construct(  # as the pipeline builds it: no validation
         request_id="r1", model="m", version="2", outputs={"y": np.array([[1.0, 2.0]], np.float32)},
