@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-import torch
 
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
@@ -187,12 +186,12 @@ class ModelHost:
             raise ModelNotLoaded(f"model {work.model!r} version {version!r} is not ready here")
         # The wall-clock deadline in this worker's clock (see PoolWork).
         deadline = self._clock() + work.remaining_s(wall())
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in work.inputs.items()}
+        tensors = {k: np.ascontiguousarray(v) for k, v in work.inputs.items()}
         result = await self.worker.infer(
             ModelKey(work.model, version), tensors, priority=work.priority, deadline=deadline)
         return PoolReply(
             model=work.model, version=version,
-            outputs={k: v.numpy() for k, v in result.outputs.items()},
+            outputs={k: np.asarray(v) for k, v in result.outputs.items()},  # numpy in, out
             queue_ms=result.queue_ms, compute_ms=result.compute_ms, swap_ms=result.swap_ms,
             device=result.device, batch_size=result.batch_size)
 

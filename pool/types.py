@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:  # the pool's public types stay importable without torch (load generator)
+    import numpy as np
     import torch
 
-__all__ = ["DeviceCounters", "ModelKey", "RoutingStats", "WorkResult"]
+__all__ = ["DeviceCounters", "ModelKey", "Rows", "RoutingStats", "WorkResult"]
+
+# Batch-first CPU rows of one tensor: a torch tensor, or a numpy array. The worker answers in
+# the kind it was given; the host hands it numpy, so a chunk converts once, not per request.
+Rows: TypeAlias = "torch.Tensor | np.ndarray"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +28,9 @@ class ModelKey:
 
 @dataclass(frozen=True, slots=True)
 class WorkResult:
-    """Outputs (CPU tensors, this request's rows only) and where the time went."""
+    """Outputs (CPU rows, this request's only, of the inputs' kind) and where the time went."""
 
-    outputs: dict[str, torch.Tensor]
+    outputs: dict[str, Rows]
     queue_ms: float
     compute_ms: float
     swap_ms: float

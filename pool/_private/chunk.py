@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -100,11 +101,7 @@ class ChunkRunner:
         module = self.tiers.module(name)
         dev = self.device.torch_device
         rows = sum(n for _, _, n in parts)
-        if len(parts) == 1 and parts[0][1] == 0 and parts[0][2] == parts[0][0].rows:
-            args = [parts[0][0].inputs[t.name] for t in entry.config.inputs]  # whole request
-        else:
-            args = [torch.cat([p.inputs[t.name][s: s + n] for p, s, n in parts])
-                    for t in entry.config.inputs]
+        args = [_rows_of(parts, t.name) for t in entry.config.inputs]
         stream = self._streams[priority] if self._streams else None
         copy = partial(self.tiers.copy, swap) if swap is not None else None
         inline = self.runs_inline(entry, rows, swap, module)
@@ -159,6 +156,18 @@ class ChunkRunner:
         except torch.cuda.OutOfMemoryError as e:
             raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
         return raw, device_s
+
+
+def _rows_of(parts: list[tuple[Pending, int, int]], name: str) -> torch.Tensor:
+    """One input's rows for the chunk, in order, as one CPU tensor (numpy rows are joined in
+    numpy and converted once: a tensor slice costs ten times a numpy one)."""
+    rows = [p.inputs[name] if s == 0 and n == p.rows else p.inputs[name][s: s + n]
+            for p, s, n in parts]
+    arrays = [r for r in rows if isinstance(r, np.ndarray)]
+    if len(arrays) == len(rows):
+        return torch.from_numpy(arrays[0] if len(arrays) == 1 else np.concatenate(arrays))
+    tensors = [r if isinstance(r, torch.Tensor) else torch.from_numpy(r) for r in rows]
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream,

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
 
 from policies.estimates import ewma
 from policies.priority import Priority
 from policies.scheduling import ModelView, RequestView, ScheduleDecision
 from pool.config import ModelConfig
 from pool.errors import RequestExpired
-from pool.types import ModelKey
+from pool.types import ModelKey, Rows
 
 __all__ = ["INITIAL_ROW_S", "ModelQueue", "Pending", "QueueState"]
 
@@ -31,18 +32,19 @@ class Pending:
 
     id: int
     key: ModelKey
-    inputs: dict[str, torch.Tensor]
+    inputs: Mapping[str, Rows]
     rows: int
     priority: Priority
     deadline: float | None
     arrival: float
     future: asyncio.Future = field(repr=False)
     done: int = 0
-    parts: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    parts: list[dict[str, Rows]] = field(default_factory=list)
     compute_s: float = 0.0
     swap_s: float = 0.0
     first_start: float | None = None
     batch: int = 0
+    as_numpy: bool = False
 
 
 @dataclass(slots=True)
@@ -92,7 +94,7 @@ class QueueState:
         key = self.by_name.get(name)
         return self.models.get(key) if key is not None else None
 
-    def submit(self, key: ModelKey, inputs: dict[str, torch.Tensor], priority: Priority,
+    def submit(self, key: ModelKey, inputs: Mapping[str, Rows], priority: Priority,
                deadline: float | None, now: float, future: asyncio.Future) -> Pending:
         """Queue a request (the caller checked the model is registered)."""
         if self._queued_at_most >= self._max_queue:
@@ -101,6 +103,7 @@ class QueueState:
                 raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
         rows = int(next(iter(inputs.values())).shape[0])
         p = Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline, now, future)
+        p.as_numpy = isinstance(next(iter(inputs.values())), np.ndarray)
         entry = self.models[key]
         entry.arrived(now)
         entry.queue.append(p)

@@ -279,3 +279,25 @@ async def test_a_model_reloaded_from_disk_is_warmed_in_its_load_not_in_its_first
     warm, first_chunk = log[:-1], log[-1]
     assert len(warm) >= 2 and not any(t.startswith("timeshare-") for t in warm)
     assert first_chunk.startswith("timeshare-")  # the request's own pass, on the device thread
+
+
+async def test_numpy_rows_come_back_as_numpy_batched_and_split_across_chunks(make_worker):
+    """The host's kind (numpy in, numpy out): requests that share a chunk and a request split
+    over several chunks get exactly their own rows, as a mixed torch caller does."""
+    import numpy as np
+
+    w = make_worker(models_fit=2, chunk=16)
+    (ld,) = await add(w, 1)
+    net = ld.build()
+    xs = [np.random.default_rng(i).standard_normal((n, 16)).astype(np.float32)
+          for i, n in enumerate((1, 3, 40, 2))]  # 40 rows: three chunks of at most 16
+    t = torch.randn(5, 16)
+    results = await asyncio.gather(*[w.infer(key(0), {"x": x}) for x in xs],
+                                   w.infer(key(0), {"x": t}))
+    for x, r in zip(xs, results[:-1], strict=True):
+        assert isinstance(r.outputs["y"], np.ndarray) and r.outputs["y"].shape == (len(x), 4)
+        np.testing.assert_allclose(r.outputs["y"], net(torch.from_numpy(x)).detach().numpy(),
+                                   atol=1e-6)
+    assert isinstance(results[-1].outputs["y"], torch.Tensor)
+    assert torch.allclose(results[-1].outputs["y"], net(t), atol=1e-6)
+    assert w.chunks >= 3 and max(r.batch_size for r in results) > 1  # shared, and split
