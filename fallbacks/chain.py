@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fallbacks._private.shared_timeout import SharedTimeouts
 from fallbacks.breaker import BreakerRegistry, CircuitBreaker
 from fallbacks.deadline import Clock, Deadline
 from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
@@ -169,6 +170,7 @@ class ChainRunner:
         self._breakers = breakers
         self._throttles = throttles
         self._clock = clock
+        self._timeouts = SharedTimeouts()
 
     async def run(
         self,
@@ -258,8 +260,9 @@ class ChainRunner:
             request, model=target.model, version=target.version, pool=target.pool, budget_s=budget
         )
         try:
-            # asyncio.timeout, not wait_for: no extra task per call on the request path.
-            async with asyncio.timeout(budget):
+            # asyncio.timeout's semantics, not wait_for: no extra task per call on the request
+            # path; and a loop timer shared per millisecond, not one per call
+            async with self._timeouts.after(budget):
                 reply = await call
         except asyncio.CancelledError:
             if breaker is not None:

@@ -27,6 +27,7 @@ from fallbacks import (
     ChainConfig,
     ChainRunner,
     Deadline,
+    ModelReply,
     PoolName,
     PoolThrottles,
     QuotaLease,
@@ -89,7 +90,7 @@ class _Answer(CachedAnswer):
 
     degraded: bool = False
     reason: str | None = None
-    timings: Timings | None = None
+    reply: ModelReply | None = None  # the model call's reply (its timings), None for rules
     pool: str | None = None
 
 
@@ -221,7 +222,7 @@ class Pipeline:
             answer, outcome = await self.cache.get_or_compute(
                 model=model, version=version, inputs=req.inputs, text=req.text, policy=cfg.cache,
                 control=req.cache, compute=compute)
-        t = getattr(answer, "timings", None)
+        t = getattr(answer, "reply", None)  # a hit's answer has none: no pool timings
         total_ms = (self._clock() - start) * 1e3
         # Validated constructors, not ``model_construct``: pydantic-core validates these few
         # fields in Rust faster than model_construct's Python loop over them (4.4 vs 6.9 µs).
@@ -253,17 +254,14 @@ class Pipeline:
                 local_only=req.shed_reason is not None)  # shed at the edge: no pool at all
         finally:
             self._in_flight[key] -= 1
-        reply, timings = res.reply, None
-        if reply is not None:  # a model answered: its pool's timings
-            timings = Timings(queue_ms=reply.queue_ms, compute_ms=reply.compute_ms,
-                              swap_ms=reply.swap_ms)
-            if not res.degraded:
-                self.route_runner.observe(work.model, reply.compute_ms / 1e3)
+        reply = res.reply
+        if reply is not None and not res.degraded:  # a model answered: its pool's timings
+            self.route_runner.observe(work.model, reply.compute_ms / 1e3)
         rows = next(iter(work.inputs.values())).shape[0]
         return _Answer(outputs=_broadcast(res.outputs, rows, work.config),
                        served_by=res.served_by,
                        version=res.version, degraded=res.degraded, reason=res.reason,
-                       timings=timings, pool=res.pool)
+                       reply=reply, pool=res.pool)
 
     def _admission(self, pool: str, priority: Priority, deadline: Deadline) -> str | None:
         """The shed reason, or None to admit (pure decisions in policies.admission)."""

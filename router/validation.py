@@ -6,6 +6,9 @@ Every failure names the field and the expectation, e.g.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import numpy as np
 
 from pool.config import ModelConfig
@@ -61,23 +64,49 @@ def _check_shape(arr: np.ndarray, shape: tuple[int, ...], field: str) -> None:
                 field=field)
 
 
-def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge."""
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """One declared input, in the form the checks use (built once per config)."""
+
+    name: str
+    dtype: np.dtype
+    wire: str
+    shape: tuple[int, ...]
+    field: str
+
+
+# The checks' view of each config, by identity (the config is held, so its id stays its own).
+# Bounded: configs change only when a model is (re)loaded; the whole map is rebuilt if it fills.
+_PLANS: dict[int, tuple[ModelConfig, frozenset[str], tuple[_Input, ...]]] = {}
+_MAX_PLANS = 1024
+
+
+def _plan(config: ModelConfig) -> tuple[frozenset[str], tuple[_Input, ...]]:
+    found = _PLANS.get(id(config))
+    if found is None or found[0] is not config:
+        specs = tuple(_Input(t.name, np.dtype(t.numpy_dtype), t.dtype, tuple(t.shape),
+                             f"inputs.{t.name}") for t in config.inputs)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        found = _PLANS[id(config)] = (config, frozenset(t.name for t in specs), specs)
+    return found[1], found[2]
+
+
+def _name_error(config: ModelConfig, inputs: Mapping[str, np.ndarray]) -> InvalidRequest:
     expected = {t.name for t in config.inputs}
     unknown = sorted(set(inputs) - expected)
-    if unknown:
-        raise InvalidRequest(
-            f"inputs.{unknown[0]}: unknown input for model {config.name!r}; expected "
-            f"{sorted(expected)}",
-            field=f"inputs.{unknown[0]}",
-        )
-    missing = sorted(expected - set(inputs))
-    if missing:
-        raise InvalidRequest(
-            f"inputs.{missing[0]}: missing input for model {config.name!r}; expected "
-            f"{sorted(expected)}",
-            field=f"inputs.{missing[0]}",
-        )
+    what, name = ("unknown", unknown[0]) if unknown else (
+        "missing", sorted(expected - set(inputs))[0])
+    return InvalidRequest(f"inputs.{name}: {what} input for model {config.name!r}; expected "
+                          f"{sorted(expected)}", field=f"inputs.{name}")
+
+
+def validate_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray]
+                    ) -> dict[str, np.ndarray]:
+    """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge."""
+    names, specs = _plan(config)
+    if inputs.keys() != names:
+        raise _name_error(config, inputs)
     total = sum(a.nbytes for a in inputs.values())
     if total > config.max_input_bytes:
         raise PayloadTooLarge(
@@ -87,10 +116,9 @@ def validate_inputs(config: ModelConfig, inputs: dict[str, np.ndarray]) -> dict[
         )
     out: dict[str, np.ndarray] = {}
     batch: int | None = None
-    for spec in config.inputs:
-        arr = inputs[spec.name]
-        field = f"inputs.{spec.name}"
-        arr = cast_checked(arr, np.dtype(spec.numpy_dtype), field, spec.dtype)
+    for spec in specs:
+        field = spec.field
+        arr = cast_checked(inputs[spec.name], spec.dtype, field, spec.wire)
         _check_shape(arr, spec.shape, field)
         n = arr.shape[0]
         if n < 1:
