@@ -206,7 +206,8 @@ class CallLog:
     more before writing, so a steady trickle costs one sink write (a thread hop for files) per
     ``linger_s`` instead of one per request; records are at most that much later on disk, and
     ``close`` flushes. The drain task starts on the first ``record`` (or ``start``) and must
-    run inside an event loop.
+    run inside an event loop. Records wait in a plain list, not an ``asyncio.Queue``: a record
+    is one append on the request path, and the drain takes them a batch at a time.
     """
 
     def __init__(self, sink: CallLogSink, *, max_queue: int = 10_000,
@@ -215,61 +216,78 @@ class CallLog:
             raise ValueError(f"max_queue and batch_size must be >= 1, got max_queue={max_queue} "
                              f"batch_size={batch_size}")
         self.sink = sink
+        self.max_queue = max_queue
         self.batch_size = batch_size
         self.linger_s = max(0.0, linger_s)
         self.stats = CallLogStats()
-        self._queue: asyncio.Queue[CallRecord] = asyncio.Queue(maxsize=max_queue)
+        self._queued: list[CallRecord] = []
+        self._wake: asyncio.Event | None = None
+        self._writing = False
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
     def pending(self) -> int:
-        """Records queued, not yet written."""
-        return self._queue.qsize()
+        """Records queued, not yet written (a batch being written is not counted)."""
+        return len(self._queued)
 
     def start(self) -> None:
         """Start the drain task (idempotent); needs a running event loop."""
         if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="calllog")
+            if self._queued:
+                self._wake.set()
 
     def record(self, rec: CallRecord) -> bool:
         """Queue ``rec`` without waiting; False (and counted) if dropped or closed."""
-        if self._closed:
+        queued = self._queued
+        if self._closed or len(queued) >= self.max_queue:
             self.stats.dropped += 1
             return False
-        self.start()
-        try:
-            self._queue.put_nowait(rec)
-        except asyncio.QueueFull:
-            self.stats.dropped += 1
-            return False
+        queued.append(rec)
+        if len(queued) == 1 or self._task is None:  # the drain sleeps on an empty list
+            self.start()
+            assert self._wake is not None
+            self._wake.set()
         return True
 
     async def _drain(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
         while True:
-            batch = [await self._queue.get()]
-            if self.linger_s and self._queue.qsize() + 1 < self.batch_size and not self._closed:
+            await wake.wait()
+            if self.linger_s and len(self._queued) < self.batch_size and not self._closed:
                 await asyncio.sleep(self.linger_s)
-            while len(batch) < self.batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            try:
-                await self.sink.write(batch)
-                self.stats.written += len(batch)
-            except Exception:  # noqa: BLE001 - a broken sink must never reach serving
-                self.stats.sink_errors += 1
-                self.stats.failed += len(batch)
-                _log.exception("call log: sink write of %d records failed", len(batch))
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
+            wake.clear()
+            while self._queued:
+                batch = self._queued[: self.batch_size]
+                del self._queued[: self.batch_size]
+                await self._write(batch)
+
+    async def _write(self, batch: list[CallRecord]) -> None:
+        self._writing = True
+        try:
+            await self.sink.write(batch)
+            self.stats.written += len(batch)
+        except Exception:  # noqa: BLE001 - a broken sink must never reach serving
+            self.stats.sink_errors += 1
+            self.stats.failed += len(batch)
+            _log.exception("call log: sink write of %d records failed", len(batch))
+        finally:
+            self._writing = False
 
     async def close(self, *, timeout_s: float = 10.0) -> None:
         """Stop accepting records, flush the queue (up to ``timeout_s``), close the sink."""
         self._closed = True
         if self._task is not None:
-            try:
-                await asyncio.wait_for(self._queue.join(), timeout_s)
-            except asyncio.TimeoutError:
+            if self._wake is not None:
+                self._wake.set()  # no linger: write what is queued now
+            loop = asyncio.get_running_loop()
+            until = loop.time() + timeout_s
+            while (self._queued or self._writing) and loop.time() < until:
+                await asyncio.sleep(0.005)
+            if self._queued or self._writing:
                 _log.warning("call log: %d records not flushed within %.1fs", self.pending,
                              timeout_s)
             await cancel_and_wait([self._task])
