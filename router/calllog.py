@@ -254,15 +254,16 @@ class CallLog:
 
     async def _drain(self) -> None:
         assert self._wake is not None
-        wake = self._wake
+        wake, queued = self._wake, self._queued
         while True:
             await wake.wait()
-            if self.linger_s and len(self._queued) < self.batch_size and not self._closed:
+            if self.linger_s and len(queued) < self.batch_size and not self._closed:
                 await asyncio.sleep(self.linger_s)
-            wake.clear()
-            while self._queued:
-                batch = self._queued[: self.batch_size]
-                del self._queued[: self.batch_size]
+            batch = queued[: self.batch_size]
+            del queued[: self.batch_size]
+            if not queued:  # the next record wakes the drain (and lingers again)
+                wake.clear()
+            if batch:
                 await self._write(batch)
 
     async def _write(self, batch: list[CallRecord]) -> None:

@@ -123,3 +123,25 @@ def test_record_round_trips_and_bad_fields_are_named() -> None:
         CallRecord.from_dict({**r.to_dict(), "degraded": "maybe"})
     with pytest.raises(ValueError, match="give path"):
         build_call_log()
+
+
+class CountingSink(BlockedSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    async def write(self, records: list[CallRecord]) -> None:
+        await asyncio.sleep(0.002)  # a disk write's thread hop
+        self.batches.append(len(records))
+        self.written.extend(records)
+
+
+async def test_a_steady_trickle_is_written_once_per_linger_not_once_per_record() -> None:
+    sink = CountingSink()
+    log = CallLog(sink, batch_size=256, linger_s=0.05)
+    for i in range(100):  # 100 records over about 0.1 s
+        assert log.record(rec(i))
+        await asyncio.sleep(0.001)
+    await log.close()
+    assert [r.request_id for r in sink.written] == [f"r{i}" for i in range(100)]
+    assert len(sink.batches) <= 5, sink.batches  # per record it would be dozens of writes
