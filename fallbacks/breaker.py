@@ -179,6 +179,11 @@ class CircuitBreaker:
 
     def try_acquire(self) -> bool:
         """Ask to make a call. False means skip it (OPEN, FORCED_OPEN, or no trial permit)."""
+        if self._state is BreakerState.CLOSED:
+            # Every call's question: CLOSED has no time-driven move and always permits. A move
+            # to OPEN racing this read from another thread is the same as asking a moment
+            # earlier.
+            return True
         with self._lock:
             events = self._advance(self._clock())
             ok = self._permit()

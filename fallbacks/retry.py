@@ -16,7 +16,7 @@ from typing import TypeVar
 from fallbacks.deadline import Deadline
 from fallbacks.errors import ServiceUnavailable, TimeshareError
 
-__all__ = ["RetryBudget", "RetryPredicate", "is_idempotent_failure", "retry_call"]
+__all__ = ["RetryBudget", "RetryPredicate", "is_idempotent_failure", "retry_call", "retry_failed"]
 
 T = TypeVar("T")
 RetryPredicate = Callable[[BaseException], bool]
@@ -110,19 +110,42 @@ async def retry_call(
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
     budget.on_request()
+    try:
+        return await attempt()
+    except BaseException as e:
+        return await retry_failed(e, attempt, deadline=deadline, budget=budget,
+                                  retries=max_attempts - 1, is_retryable=is_retryable,
+                                  backoff_s=backoff_s, sleep=sleep)
+
+
+async def retry_failed(
+    error: BaseException,
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    deadline: Deadline,
+    budget: RetryBudget,
+    retries: int,
+    is_retryable: RetryPredicate = is_idempotent_failure,
+    backoff_s: float = 0.005,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+) -> T:
+    """``retry_call`` after its first attempt failed with ``error`` (the caller made that
+    attempt itself and deposited ``budget.on_request()``): at most ``retries`` more calls.
+    A caller whose first attempt succeeds never builds a closure, a deadline or this frame."""
     delay = backoff_s
-    for n in range(1, max_attempts + 1):
-        try:
-            return await attempt()
-        except BaseException as e:
-            if (
-                n == max_attempts
-                or not is_retryable(e)
-                or deadline.remaining() <= delay
-                or not budget.try_withdraw()
-            ):
-                raise
+    while True:
+        if (
+            retries < 1
+            or not is_retryable(error)
+            or deadline.remaining() <= delay
+            or not budget.try_withdraw()
+        ):
+            raise error
         if delay > 0:
             await sleep(delay)
         delay *= 2
-    raise AssertionError("unreachable")  # pragma: no cover
+        retries -= 1
+        try:
+            return await attempt()
+        except BaseException as e:
+            error = e

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from router.decode_memo import DecodeMemo
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from router.http import Frontend
 
 __all__ = ["InferEndpoint", "MAX_NAME_CHARS", "check_json_only", "check_name", "decode_infer",
-           "header_length", "match_infer", "presented_key", "request_from_v2"]
+           "header_length", "infer_headers", "match_infer", "presented_key", "request_from_v2"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ def check_name(kind: str, value: str | None) -> None:
         raise InvalidRequest(f"{kind}: longer than {MAX_NAME_CHARS} characters", field=kind)
 
 
-def presented_key(headers: Headers) -> str | None:
+def presented_key(headers: Mapping[str, str]) -> str | None:
     """The caller's key: ``Authorization: Bearer KEY`` or ``X-API-Key``."""
     auth = headers.get("authorization", "")
     key = auth[7:] if auth.lower().startswith("bearer ") else headers.get("x-api-key")
@@ -130,7 +129,7 @@ def check_json_only(decoded: DecodedRequest) -> None:
                                  f"JSON only", field=f"outputs.{name}.parameters.binary_data")
 
 
-def header_length(headers: Headers, *, stream: bool) -> int | None:
+def header_length(headers: Mapping[str, str], *, stream: bool) -> int | None:
     """The ``Inference-Header-Content-Length`` value (None: the body is all JSON)."""
     hl = headers.get(HEADER_LENGTH)
     if hl is not None and stream:
@@ -139,7 +138,8 @@ def header_length(headers: Headers, *, stream: bool) -> int | None:
     return parse_decimal(hl, "Inference-Header-Content-Length") if hl is not None else None
 
 
-def decode_infer(name: str, version: str | None, body: bytes, headers: Headers, scope: Scope,
+def decode_infer(name: str, version: str | None, body: bytes, headers: Mapping[str, str],
+                 scope: Scope,
                  *, stream: bool, length: int | None = None,
                  decode: Callable[[bytes, int | None], DecodedRequest] = decode_infer_request,
                  ) -> tuple[DecodedRequest, InferenceRequest]:
@@ -155,6 +155,21 @@ def decode_infer(name: str, version: str | None, body: bytes, headers: Headers, 
     req.arrival_s = arrival_s(scope)  # edge hook (#14): the deadline runs from arrival
     req.shed_reason = shed_reason(scope)
     return decoded, req
+
+
+# What a plain infer call reads from the request's headers (lowercase, as ASGI servers send
+# header names and as Starlette's ``Headers`` compares them).
+_INFER_HEADERS = frozenset({HEADER_LENGTH.encode(), b"authorization", b"x-api-key"})
+
+
+def infer_headers(scope: Scope) -> dict[str, str]:
+    """The headers an infer call reads, the first of each, in one pass over the raw list
+    (Starlette's ``Headers`` scans and decodes the whole list for every lookup)."""
+    found: dict[str, str] = {}
+    for key, value in scope.get("headers", ()):
+        if key in _INFER_HEADERS:
+            found.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+    return found
 
 
 async def _no_receive() -> MutableMapping[str, Any]:  # the body was read by the edge
@@ -176,7 +191,7 @@ class InferEndpoint:
         try:
             check_name("model", name)
             check_name("version", version)
-            headers_in = Headers(scope=scope)
+            headers_in = infer_headers(scope)
             length = header_length(headers_in, stream=False)
             decoded, req = decode_infer(name, version, body, headers_in, scope, stream=False,
                                         length=length, decode=self.memo.decode)

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fallbacks import FallbackRequest, ModelReply, RetryBudget, retry_call
+from fallbacks import FallbackRequest, ModelReply, RetryBudget
 from fallbacks.deadline import Deadline
+from fallbacks.retry import retry_failed
 from pool.work import PoolReply, PoolWork, unwrap
 from router.catalog import ModelCatalog, config_of
 from router.errors import TimeshareError
@@ -156,13 +157,16 @@ class PoolExecutor:
         if model != work.model or version not in (None, work.version):
             work = await self._work_for(request, model, version)  # a fallback model's own work
         client = self._pools.get(pool) or self._pools["cpu"]
-        deadline = Deadline(at=self._clock() + budget_s, clock=self._clock)
+        started = self._clock()
         hop = work.for_hop(self._wall() + budget_s)
-
-        async def attempt() -> PoolReply:
-            return await client.run(hop)
-
-        reply = await retry_call(attempt, deadline=deadline, budget=self._retry, max_attempts=2)
+        self._retry.on_request()
+        try:  # the first attempt inline: retry_call's machinery only once it failed
+            reply = await client.run(hop)
+        except BaseException as e:
+            reply = await retry_failed(
+                e, lambda: client.run(hop), deadline=Deadline(at=started + budget_s,
+                                                              clock=self._clock),
+                budget=self._retry, retries=1)
         return ModelReply(outputs=reply.outputs, version=reply.version, queue_ms=reply.queue_ms,
                           compute_ms=reply.compute_ms, swap_ms=reply.swap_ms)
 
