@@ -51,7 +51,7 @@ from router.pool_load import least_wait_s
 from router.route_runner import RouteRunner
 from router.routes import RouteConfig
 from router.schemas import InferenceRequest, InferenceResponse, Timings
-from router.validation import validate_inputs
+from router.validation import output_dtypes, validate_inputs
 
 __all__ = ["PipelineConfig", "Pipeline", "Recorder", "choose_pool"]
 
@@ -308,7 +308,7 @@ def _broadcast(outputs: Mapping[str, np.ndarray], rows: int, cfg: ModelConfig
                ) -> dict[str, np.ndarray]:
     """Static/rule outputs configured for one row answer every row of the request, in the
     model's declared output dtypes (typed clients must not see FP64 exactly when degraded)."""
-    dtypes = {t.name: np.dtype(t.numpy_dtype) for t in cfg.outputs}
+    dtypes = output_dtypes(cfg)
     out = {}
     for k, v in outputs.items():
         arr = np.asarray(v)

@@ -14,7 +14,7 @@ import numpy as np
 from pool.config import ModelConfig
 from router.errors import InvalidRequest, PayloadTooLarge
 
-__all__ = ["cast_checked", "validate_inputs"]
+__all__ = ["cast_checked", "output_dtypes", "validate_inputs"]
 
 
 def _fmt_shape(dims: tuple[int, ...]) -> str:
@@ -77,19 +77,27 @@ class _Input:
 
 # The checks' view of each config, by identity (the config is held, so its id stays its own).
 # Bounded: configs change only when a model is (re)loaded; the whole map is rebuilt if it fills.
-_PLANS: dict[int, tuple[ModelConfig, frozenset[str], tuple[_Input, ...]]] = {}
+_PLANS: dict[int, tuple[ModelConfig, frozenset[str], tuple[_Input, ...],
+                        dict[str, np.dtype]]] = {}
 _MAX_PLANS = 1024
 
 
-def _plan(config: ModelConfig) -> tuple[frozenset[str], tuple[_Input, ...]]:
+def _plan(config: ModelConfig) -> tuple[ModelConfig, frozenset[str], tuple[_Input, ...],
+                                        dict[str, np.dtype]]:
     found = _PLANS.get(id(config))
     if found is None or found[0] is not config:
         specs = tuple(_Input(t.name, np.dtype(t.numpy_dtype), t.dtype, tuple(t.shape),
                              f"inputs.{t.name}") for t in config.inputs)
+        outputs = {t.name: np.dtype(t.numpy_dtype) for t in config.outputs}
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        found = _PLANS[id(config)] = (config, frozenset(t.name for t in specs), specs)
-    return found[1], found[2]
+        found = _PLANS[id(config)] = (config, frozenset(t.name for t in specs), specs, outputs)
+    return found
+
+
+def output_dtypes(config: ModelConfig) -> Mapping[str, np.dtype]:
+    """The config's declared output dtypes by name (built once per config; do not modify)."""
+    return _plan(config)[3]
 
 
 def _name_error(config: ModelConfig, inputs: Mapping[str, np.ndarray]) -> InvalidRequest:
@@ -104,7 +112,7 @@ def _name_error(config: ModelConfig, inputs: Mapping[str, np.ndarray]) -> Invali
 def validate_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray]
                     ) -> dict[str, np.ndarray]:
     """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge."""
-    names, specs = _plan(config)
+    _, names, specs, _ = _plan(config)
     if inputs.keys() != names:
         raise _name_error(config, inputs)
     total = sum(a.nbytes for a in inputs.values())

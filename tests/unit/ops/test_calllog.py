@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -95,6 +96,9 @@ async def test_jsonl_lines_are_utf8_json_of_every_field(tmp_path: Path) -> None:
     assert [CallRecord.from_dict(json.loads(x)) for x in lines] == [rec(1, caller="café-東京"),
                                                                    rec(2)]
     assert list(json.loads(lines[1])) == list(rec(2).to_dict())  # the fields, in order
+    # to_dict is written out field by field: it must name every field of the record, in order
+    assert list(rec(2).to_dict()) == [f.name for f in dataclasses.fields(CallRecord)]
+    assert rec(2).to_dict() == dataclasses.asdict(rec(2))
 
 
 async def test_jsonl_rotation_by_size_keeps_every_record(tmp_path: Path) -> None:
