@@ -244,7 +244,11 @@ class EdgeMiddleware:
             if msg["type"] == "http.response.start":  # the time spent from arrival, so a
                 # client can tell it apart from the hops in front of the edge (Ray's proxy)
                 dur = f"edge;dur={(self.clock() - arrived) * 1e3:.2f}".encode()
-                msg = {**msg, "headers": [*msg.get("headers", ()), (b"server-timing", dur)]}
+                headers = msg.get("headers")  # appended in place, as Starlette's MutableHeaders
+                if isinstance(headers, list):  # does: the sender built this message for us
+                    headers.append((b"server-timing", dur))
+                else:
+                    msg = {**msg, "headers": [*(headers or ()), (b"server-timing", dur)]}
             await send(msg)
 
         target = self.infer.match(scope) if self.infer is not None else None
