@@ -220,23 +220,23 @@ class ChainRunner:
         avail = deadline.budget(margin_s=reserve)
         return avail * c.remote_share if remote_follows else avail
 
-    def _admit(self, label: str, deadline: Deadline, budget: float, target: Target,
+    def _admit(self, prefix: str, deadline: Deadline, budget: float, target: Target,
                attempts: list[Attempt]) -> _Gates | None:
         """``(breaker, throttle)`` (None where not configured) when the call may go out; None,
         with the reason in ``attempts``, when the budget, breaker or throttle says no."""
         if deadline.expired() or budget * 1000.0 < self.config.min_remote_budget_ms:
-            attempts.append(Attempt(label, "expired", 0.0))
+            _refused(attempts, prefix, target, "expired")
             return None
         breaker = self._breakers.get(target.model, target.pool) if self._breakers else None
         if breaker is not None and not breaker.try_acquire():
-            attempts.append(Attempt(label, "breaker_open", 0.0))
+            _refused(attempts, prefix, target, "breaker_open")
             return None
         throttle = (self._throttles.throttle(target.model, target.pool)
                     if self._throttles is not None else None)
         if throttle is not None and not throttle.allow():
             if breaker is not None:
                 breaker.release()
-            attempts.append(Attempt(label, "throttled", 0.0))
+            _refused(attempts, prefix, target, "throttled")
             return None
         return breaker, throttle
 
@@ -249,9 +249,8 @@ class ChainRunner:
         after: tuple[bool, bool],
         attempts: list[Attempt],
     ) -> _StepAnswer | None:
-        label = _label(prefix, target.model, target.version)
         budget = self._budget(deadline, after)
-        admitted = self._admit(label, deadline, budget, target, attempts)
+        admitted = self._admit(prefix, deadline, budget, target, attempts)
         if admitted is None:
             return None
         breaker, throttle = admitted
@@ -292,7 +291,7 @@ class ChainRunner:
             breaker.on_error(elapsed)
         if throttle is not None:
             throttle.on_rejected()
-        attempts.append(Attempt(label, outcome, elapsed))
+        attempts.append(Attempt(_label(prefix, target.model, target.version), outcome, elapsed))
         return None
 
     @staticmethod
@@ -304,8 +303,9 @@ class ChainRunner:
         if throttle is not None:
             throttle.on_accepted()
         version = reply.version or target.version
-        attempts.append(Attempt(_label(prefix, target.model, version), "ok", elapsed))
-        return reply.outputs, _label(prefix, target.model, version), target.model, version, reply
+        label = _label(prefix, target.model, version)
+        attempts.append(Attempt(label, "ok", elapsed))
+        return reply.outputs, label, target.model, version, reply
 
     async def _local(
         self,
@@ -347,6 +347,11 @@ class ChainRunner:
         timed_out = deadline.expired() or any(a.outcome in ("timeout", "expired") for a in attempts)
         cls = DeadlineExceeded if timed_out else ServiceUnavailable
         return cls(f"{head}; tried {tried}")
+
+
+def _refused(attempts: list[Attempt], prefix: str, target: Target, outcome: str) -> None:
+    """Record a step the gates refused (its label is built only then, not for every call)."""
+    attempts.append(Attempt(_label(prefix, target.model, target.version), outcome, 0.0))
 
 
 def _label(prefix: str, model: str, version: str | None) -> str:

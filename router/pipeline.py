@@ -135,6 +135,8 @@ class Pipeline:
             load=load, default_deadline_ms=config.default_deadline_ms, clock=clock, rng=rng,
             text_embedder=text_embedder)
         self._in_flight: dict[tuple[str, Priority], int] = {}
+        self._pool_in_flight: dict[str, int] = {}  # the sum of _in_flight over classes
+        self._targets: dict[tuple[str, str | None, PoolName], Target] = {}
         self._floors = admission_floors(config.admission) if config.admission else (0.0, 0.0)
         self._wait_cache: dict[str, tuple[Sequence, dict[Priority, float], float]] = {}
 
@@ -247,13 +249,15 @@ class Pipeline:
                              request_id=req.request_id, work=work)
         key = (pool, req.priority)
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        self._pool_in_flight[pool] = self._pool_in_flight.get(pool, 0) + 1
         try:
             res = await self.runner.run(
                 freq, deadline=deadline, chain=self.catalog.chain(work.model),
-                primary=None if shed else Target(work.model, work.version, pool), reason=shed,
-                local_only=req.shed_reason is not None)  # shed at the edge: no pool at all
+                primary=None if shed else self._target(work.model, work.version, pool),
+                reason=shed, local_only=req.shed_reason is not None)  # edge-shed: no pool
         finally:
             self._in_flight[key] -= 1
+            self._pool_in_flight[pool] -= 1
         reply = res.reply
         if reply is not None and not res.degraded:  # a model answered: its pool's timings
             self.route_runner.observe(work.model, reply.compute_ms / 1e3)
@@ -263,6 +267,17 @@ class Pipeline:
                        version=res.version, degraded=res.degraded, reason=res.reason,
                        reply=reply, pool=res.pool)
 
+    def _target(self, model: str, version: str | None, pool: PoolName) -> Target:
+        """The primary call's target, built once per (model, version, pool): bounded by the
+        repository, and cleared whole if reloads ever fill it."""
+        key = (model, version, pool)
+        target = self._targets.get(key)
+        if target is None:
+            if len(self._targets) >= 4096:
+                self._targets.clear()
+            target = self._targets[key] = Target(model, version, pool)
+        return target
+
     def _admission(self, pool: str, priority: Priority, deadline: Deadline) -> str | None:
         """The shed reason, or None to admit (pure decisions in policies.admission)."""
         config = self.config.admission
@@ -270,11 +285,11 @@ class Pipeline:
             return None
         delay, longest = self._waits(pool)
         budget_s = deadline.remaining()
-        in_flight = {p: self._in_flight.get((pool, p), 0) for p in PRIORITIES}
-        if admits_at_once(self._floors, in_flight=sum(in_flight.values()),
+        if admits_at_once(self._floors, in_flight=self._pool_in_flight.get(pool, 0),
                           capacity=self.config.pool_capacity, longest_delay_s=longest,
                           budget_s=budget_s):
             return None  # what decide_admission would say, without building its snapshot
+        in_flight = {p: self._in_flight.get((pool, p), 0) for p in PRIORITIES}
         snap = AdmissionSnapshot(capacity=self.config.pool_capacity, in_flight=in_flight,
                                  queue_delay_s=delay)
         decision = decide_admission(snap, priority=priority, budget_s=budget_s, config=config)
