@@ -49,7 +49,7 @@ __all__ = ["Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep
 _Gates = tuple[CircuitBreaker | None, AdaptiveThrottle | None]  # a remote call's breaker, throttle
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
 class ModelReply:
     """What a model call returns: outputs, the version that actually ran (if known), and where
     its time went (as the pool measured it), so timings come back inside the answer."""
@@ -97,7 +97,7 @@ class ChainConfig(BaseModel):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
 class Attempt:
     """One step tried: who (``served_by`` label), what happened, how long it took."""
 
@@ -106,7 +106,7 @@ class Attempt:
     elapsed_s: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
 class ChainResult:
     """The answer. ``degraded`` answers carry ``served_by`` and the first failure as ``reason``;
     ``reply`` is the model call's reply and ``pool`` the pool that ran it when a model answered

@@ -13,7 +13,7 @@ from policies.priority import Priority
 __all__ = ["FallbackRequest", "as_outputs"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
 class FallbackRequest:
     """The parts of an ``InferenceRequest`` that fallback steps use (built by the router)."""
 

@@ -26,7 +26,7 @@ class ModelKey:
         return f"{self.name}@{self.version}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
 class WorkResult:
     """Outputs (CPU rows, this request's only, of the inputs' kind) and where the time went."""
 
