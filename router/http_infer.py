@@ -84,8 +84,10 @@ def _number(p: dict[str, Any], key: str) -> float | None:
 
 
 def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
-                    caller_key: str | None = None) -> InferenceRequest:
-    """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras)."""
+                    caller_key: str | None = None, arrival_s: float | None = None,
+                    shed_reason: str | None = None) -> InferenceRequest:
+    """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras;
+    ``arrival_s`` and ``shed_reason``: the edge's stamps, set in the constructor)."""
     p = decoded.parameters
     deadline_ms = _number(p, "deadline_ms")
     timeout = _number(p, "timeout")
@@ -102,6 +104,7 @@ def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
     fields: dict[str, Any] = {
         "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
         "deadline_ms": deadline_ms, "cache": cache, "caller_key": caller_key,
+        "arrival_s": arrival_s, "shed_reason": shed_reason,
     }
     if p.get("priority") is not None:
         fields["priority"] = p["priority"]
@@ -151,9 +154,9 @@ def decode_infer(name: str, version: str | None, body: bytes, headers: Mapping[s
     decoded = decode(body, length)
     if stream:
         check_json_only(decoded)
-    req = request_from_v2(name, version, decoded, caller_key=presented_key(headers))
-    req.arrival_s = arrival_s(scope)  # edge hook (#14): the deadline runs from arrival
-    req.shed_reason = shed_reason(scope)
+    # the edge's hooks (#14): the deadline runs from arrival; a request the edge shed
+    req = request_from_v2(name, version, decoded, caller_key=presented_key(headers),
+                          arrival_s=arrival_s(scope), shed_reason=shed_reason(scope))
     return decoded, req
 
 
