@@ -136,6 +136,7 @@ async def swapped_equals_fresh(env: Env) -> dict:
     # offsets of one region (a fresh model's are separate allocations), and the worker's thread
     # count differs from this one's, either of which may pick another kernel or reduction order.
     y = r.outputs["y"]
+    assert isinstance(y, torch.Tensor)  # the worker answers tensors with tensors
     diff = float((y - ref).abs().max())
     bitwise = torch.equal(y, ref)
     ok = torch.allclose(y, ref, rtol=1e-5, atol=1e-5) and swaps >= 5
