@@ -22,7 +22,7 @@ from types import TracebackType
 
 __all__ = ["SharedTimeouts"]
 
-_ENTERED, _EXPIRING, _EXPIRED, _EXITED = range(4)
+_NEW, _ENTERED, _EXPIRING, _EXPIRED, _EXITED = range(5)
 
 
 class SharedTimeouts:
@@ -69,7 +69,7 @@ class _Scope:
     def __init__(self, owner: SharedTimeouts, delay_s: float) -> None:
         self._owner = owner
         self.delay_s = delay_s
-        self._state = -1
+        self._state = _NEW
         self._task: asyncio.Task | None = None
         self._members: set[_Scope] | None = None
         self._cancelling = 0
@@ -79,7 +79,7 @@ class _Scope:
         return self._state in (_EXPIRING, _EXPIRED)
 
     async def __aenter__(self) -> _Scope:
-        if self._state != -1:
+        if self._state != _NEW:
             raise RuntimeError("a timeout scope is entered once")
         task = asyncio.current_task()
         if task is None:

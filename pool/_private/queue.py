@@ -44,7 +44,7 @@ class Pending:
     swap_s: float = 0.0
     first_start: float | None = None
     batch: int = 0
-    as_numpy: bool = False
+    as_numpy: bool = False  # numpy rows in, numpy rows out (the host's kind)
 
 
 @dataclass(slots=True)
@@ -101,9 +101,9 @@ class QueueState:
             self._queued_at_most = sum(len(e.queue) for e in self.models.values())
             if self._queued_at_most >= self._max_queue:
                 raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
-        rows = int(next(iter(inputs.values())).shape[0])
-        p = Pending(next(self._ids), key, inputs, rows, Priority(priority), deadline, now, future)
-        p.as_numpy = isinstance(next(iter(inputs.values())), np.ndarray)
+        first = next(iter(inputs.values()))
+        p = Pending(next(self._ids), key, inputs, int(first.shape[0]), Priority(priority),
+                    deadline, now, future, as_numpy=isinstance(first, np.ndarray))
         entry = self.models[key]
         entry.arrived(now)
         entry.queue.append(p)
