@@ -29,9 +29,10 @@ from pool._private.residency import Residency, SwapIn
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory
+from pool.types import Rows
 
 __all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ChunkOutput", "ChunkRunner", "device_thread",
-           "name_outputs", "warm_up", "warmed_loader", "with_threads"]
+           "join_rows", "name_outputs", "warm_up", "warmed_loader", "with_threads"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -161,11 +162,16 @@ class ChunkRunner:
 def _rows_of(parts: list[tuple[Pending, int, int]], name: str) -> torch.Tensor:
     """One input's rows for the chunk, in order, as one CPU tensor (numpy rows are joined in
     numpy and converted once: a tensor slice costs ten times a numpy one)."""
-    rows = [p.inputs[name] if s == 0 and n == p.rows else p.inputs[name][s: s + n]
-            for p, s, n in parts]
+    rows = join_rows([p.inputs[name] if s == 0 and n == p.rows else p.inputs[name][s: s + n]
+                      for p, s, n in parts])
+    return torch.from_numpy(rows) if isinstance(rows, np.ndarray) else rows
+
+
+def join_rows(rows: list[Rows]) -> Rows:
+    """``rows`` in order as one block: numpy when every part is numpy, else a tensor."""
     arrays = [r for r in rows if isinstance(r, np.ndarray)]
     if len(arrays) == len(rows):
-        return torch.from_numpy(arrays[0] if len(arrays) == 1 else np.concatenate(arrays))
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
     tensors = [r if isinstance(r, torch.Tensor) else torch.from_numpy(r) for r in rows]
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 

@@ -23,8 +23,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-import numpy as np
-import torch
 from torch import nn
 
 from policies.estimates import Pace, ewma, queue_delay_by_class
@@ -41,6 +39,7 @@ from pool._private.chunk import (
     ChunkOutput,
     ChunkRunner,
     device_thread,
+    join_rows,
     warm_up,
     warmed_loader,
 )
@@ -374,16 +373,7 @@ class DeviceWorker:
     def _finish(self, p: Pending) -> None:
         if p.future.done():
             return
-        outs = {k: p.parts[0][k] if len(p.parts) == 1 else _join([part[k] for part in p.parts])
-                for k in p.parts[0]}
+        outs = {k: join_rows([part[k] for part in p.parts]) for k in p.parts[0]}
         queue_ms = ((p.first_start or p.arrival) - p.arrival) * 1e3
         p.future.set_result(WorkResult(outs, queue_ms, p.compute_s * 1e3, p.swap_s * 1e3,
                                        p.batch, self.device.label))
-
-
-def _join(parts: list[Rows]) -> Rows:
-    """A request's rows from its chunks, in order, in the kind they came in."""
-    arrays = [r for r in parts if isinstance(r, np.ndarray)]
-    if len(arrays) == len(parts):
-        return np.concatenate(arrays)
-    return torch.cat([r if isinstance(r, torch.Tensor) else torch.from_numpy(r) for r in parts])

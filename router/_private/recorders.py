@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from alerting.rules import ModelCounters
 from router.calllog import CallLog, CallRecord
@@ -79,7 +80,7 @@ class CallLogRecorder(Recorder):
             priority=request.priority.label, caller_verified=request.caller_verified))
 
 
-def _nbytes(arrays) -> int:
+def _nbytes(arrays: Mapping[str, Any]) -> int:
     """Bytes of a request's or answer's tensors (a loop: no generator frame per request)."""
     total = 0
     for a in arrays.values():
