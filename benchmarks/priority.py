@@ -57,8 +57,10 @@ def _mlp(hidden: int, depth: int, seed: int) -> nn.Module:
 
 
 def _policy(args, scheduler: str):
+    if scheduler == "priority" and args.device == "cuda" and args.chunk_ms is None:
+        return "priority"  # the worker's CUDA default: whole batches, stream priorities preempt
     if scheduler == "priority":
-        return get_scheduling_policy("priority", chunk_ms=args.chunk_ms)
+        return get_scheduling_policy("priority", chunk_ms=args.chunk_ms or 2.0)
     return get_scheduling_policy(scheduler)
 
 
@@ -189,8 +191,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--bg-rows", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=1024,
                     help="DeviceSpec.chunk_size: the most rows in one chunk")
-    ap.add_argument("--chunk-ms", type=float, default=2.0,
-                    help="estimated work per chunk of non-realtime batches (the preemption bound)")
+    ap.add_argument("--chunk-ms", type=float, default=None,
+                    help="estimated work per chunk of non-realtime batches (the preemption "
+                         "bound; default 2 on CPU, whole batches on CUDA)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--bg-hidden", type=int, default=256, help="background model's width")

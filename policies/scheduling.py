@@ -276,7 +276,10 @@ class PrioritySchedulingPolicy(SchedulingPolicy):
         self.chunk_s = _chunk_budgets(chunk_ms)
 
     def effective_class(self, req: RequestView, now: float) -> Priority:
-        steps = int(max(0.0, now - req.arrival) // self.aging_s)
+        waited = now - req.arrival
+        if waited < self.aging_s:  # not aged (the common case): no enum construction
+            return req.priority
+        steps = int(waited // self.aging_s)
         return Priority(max(0, int(req.priority) - steps))
 
     def rank(self, req: RequestView, now: float) -> tuple:

@@ -156,7 +156,7 @@ async def stream_priorities(env: Env) -> dict:
         levels = {p.label: streams[p].priority for p in Priority}
         low, high = torch.cuda.Stream.priority_range()  # type: ignore[call-arg]
         # the worker runs its chunks on the streams that swap-in copies order
-        uses_shared = w.chunk_runner._streams is streams
+        uses_shared = getattr(w.executor, "streams", None) is streams
     finally:
         await w.close()
     ok = (levels["realtime"] == high and levels["background"] == low and high < low

@@ -1,20 +1,19 @@
-"""The chunk runner: one forward pass of a chunk of rows on the device (the execute step).
+"""A batch: the rows of one decision, what the device is given and what comes back.
 
-Runs on the device thread (one per device, so chunks never overlap on the device) or, for small
-CPU chunks, inline on the event loop (see ``DeviceSpec.inline_ms``); on CUDA on a stream whose
-priority follows the request class. A pending swap-in's copy runs in the same device call; CUDA
-out of memory evicts every idle model and retries once. Also the load-time warm-up.
+The worker builds a :class:`Batch` from a scheduling decision and hands it to the device's
+executor (``pool._private.executor``): on the CPU stand-in a thread runs :func:`run_on_cpu`
+(the swap-in's copy, then the forward pass), or the loop thread does for a small batch (see
+``DeviceSpec.inline_ms``); on CUDA the launcher enqueues it on its class's stream. Also the
+load-time warm-up and the helpers that join and name rows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -28,135 +27,126 @@ from pool._private.queue import ModelQueue, Pending
 from pool._private.residency import Residency, SwapIn
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
-from pool.errors import DeviceOutOfMemory
 from pool.types import Rows
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ChunkOutput", "ChunkRunner", "device_thread",
-           "join_rows", "name_outputs", "warm_up", "warmed_loader", "with_threads"]
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "Batch", "BatchBuilder", "device_thread",
+           "join_rows", "name_outputs", "run_on_cpu", "warm_up", "warmed_loader", "with_threads"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkOutput:
-    """What one chunk produced: named CPU outputs for its ``rows`` and where the time went
-    (``device_s`` measured in the device call, so thread hops do not count as compute)."""
+@dataclass(slots=True)
+class Batch:
+    """One batch of rows on its way to the device and back (vLLM's ``ModelRunnerOutput`` and
+    the request batch in one): the worker fills the first part when it launches, the executor
+    the second when the device is done, and the worker answers from it on its loop.
 
-    outputs: dict[str, torch.Tensor]
+    ``parts`` are (request, first row, rows); ``args`` the model's inputs as CPU tensors, in
+    the config's order; ``copy`` a pending swap-in's copy to run (or enqueue) before the
+    forward pass. ``alone``: nothing else was in flight at launch, so launch-to-completion is
+    this batch's own time (what the device's pace learns from).
+    """
+
+    name: str
+    entry: ModelQueue
+    parts: list[tuple[Pending, int, int]]
+    priority: Priority
+    swap: SwapIn | None
+    module: nn.Module
+    args: list[torch.Tensor]
     rows: int
-    device_s: float
-    copy_s: float
-    compute_s: float
-    swap_s: float
-    inline: bool
-    inline_cpu_s: float | None = None  # the loop thread's CPU time in an inline chunk
+    work_s: float
+    launched_at: float
+    alone: bool
+    retried: bool = False
+    inline: bool = False
+    # -- filled in by the executor --------------------------------------------------------
+    raw: Any = None  # the model's outputs, on the host (CPU tensors)
+    device_s: float = 0.0  # the forward pass: in the device thread, or CUDA events
+    copy_s: float = 0.0  # the swap-in's copy (host seconds, or its events' on CUDA)
+    swap_s: float = 0.0  # a swap already closed before an out-of-memory retry
+    inline_cpu_s: float | None = None  # the loop thread's CPU time in an inline batch
+    error: BaseException | None = None
+    keep: list = field(default_factory=list)  # staging buffers held until completion (CUDA)
+    events: Any = None  # the batch's pooled (begin, done) events (CUDA)
 
 
 def device_thread(device: DeviceSpec) -> ThreadPoolExecutor:
-    """The one thread that touches the device. torch's intra-op thread count is per OS thread,
-    so it is set there (a fresh thread would default to all cores and oversubscribe them)."""
+    """A one-thread pool for calls that must run where the device's work runs (warm-up).
+    torch's intra-op thread count is per OS thread, so it is set there (a fresh thread would
+    default to all cores and oversubscribe them)."""
     threads = device.threads or torch.get_num_threads()
     return ThreadPoolExecutor(1, thread_name_prefix=f"timeshare-{device.label}",
                               initializer=torch.set_num_threads, initargs=(threads,))
 
 
-class ChunkRunner:
-    """Executes chunks for one ``DeviceWorker`` over its residency tiers and device thread."""
+class BatchBuilder:
+    """Builds a worker's batches over its residency tiers, and runs the CPU inline shortcut
+    (small CPU batches on the event loop thread, see ``DeviceSpec.inline_ms``)."""
 
-    def __init__(self, device: DeviceSpec, tiers: Residency, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, device: DeviceSpec, tiers: Residency) -> None:
         self.device = device
         self.tiers = tiers
-        self._executor = executor
         self.threads = device.threads or torch.get_num_threads()
-        # Inline chunks are a CPU-only shortcut: CUDA work stays on the device thread's streams.
+        # Inline batches are a CPU-only shortcut: CUDA work stays on the executor's streams.
         self.inline_s = device.inline_ms / 1e3 if device.kind == "cpu" else 0.0
-        self._streams = tiers.compute_streams  # the streams its swap-in copies order (residency)
 
-    def in_device_thread(self, fn, *args):
-        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    def build(self, name: str, entry: ModelQueue, parts: list[tuple[Pending, int, int]],
+              priority: Priority, swap: SwapIn | None, work_s: float, now: float,
+              alone: bool) -> Batch:
+        args = [_rows_of(parts, t.name) for t in entry.config.inputs]
+        rows = sum(n for _, _, n in parts)
+        return Batch(name, entry, parts, priority, swap, self.tiers.module(name), args, rows,
+                     work_s, now, alone)
 
-    def runs_inline(self, entry: ModelQueue, rows: int, swap: SwapIn | None,
-                    module: nn.Module) -> bool:
-        """Run this chunk on the loop thread? (see DeviceSpec.inline_ms)"""
-        if (self._streams is not None or not self.inline_s or entry.inline_refused is not None
+    def runs_inline(self, b: Batch) -> bool:
+        """Run this batch on the loop thread? (see DeviceSpec.inline_ms)"""
+        entry = b.entry
+        if (not self.inline_s or entry.inline_refused is not None
                 or entry.thread_runs < INLINE_AFTER_RUNS):
             return False
         if self.device.inline_bounded_only and not entry.graph_read:
             entry.graph_read = True
-            reason = why_unbounded(module)
+            reason = why_unbounded(b.module)
             if reason is not None:
                 entry.inline_refused = f"not proven bounded by its input shapes: {reason}"
-                log.info("%s on %s: chunks stay on the device thread (%s)",
+                log.info("%s on %s: batches stay on the device thread (%s)",
                          entry.config.name, self.device.label, entry.inline_refused)
                 return False
-        estimate = rows * entry.ewma_row_s
-        if swap is not None:
-            estimate += self.tiers.copy_cost_s(swap)
+        estimate = b.rows * entry.ewma_row_s
+        if b.swap is not None:
+            estimate += self.tiers.copy_cost_s(b.swap)
         return estimate <= self.inline_s
 
-    async def run(self, name: str, entry: ModelQueue, parts: list[tuple[Pending, int, int]],
-                  priority: Priority, swap: SwapIn | None, swap_s: float) -> ChunkOutput:
-        """Run ``parts`` (request, first row, rows) of ``name`` as one forward pass."""
-        module = self.tiers.module(name)
-        dev = self.device.torch_device
-        rows = sum(n for _, _, n in parts)
-        args = [_rows_of(parts, t.name) for t in entry.config.inputs]
-        stream = self._streams[priority] if self._streams else None
-        copy = partial(self.tiers.copy, swap) if swap is not None else None
-        inline = self.runs_inline(entry, rows, swap, module)
-        inline_cpu_s = None
-        with self.tiers.memory.running(name):
-            t0 = time.perf_counter()
-            try:
-                if inline:
-                    cpu0 = time.thread_time()
-                    raw, device_s, copy_s = self._inline(_forward, module, args, dev, None, copy)
-                    inline_cpu_s = time.thread_time() - cpu0
-                else:
-                    raw, device_s, copy_s = await self.in_device_thread(
-                        _forward, module, args, dev, stream, copy)
-            except torch.cuda.OutOfMemoryError:
-                # Only the forward pass allocates (the copy's region was reserved beforehand),
-                # so the weights are in place: record the swap, then evict and retry once.
-                if swap is not None:
-                    swap_s += self.tiers.swapped(swap, 0.0)
-                    swap = None
-                raw, device_s = await self._retry_after_oom(name, module, args, dev, stream)
-                copy_s = 0.0
-            except BaseException:
-                if swap is not None:
-                    self.tiers.abort(swap)  # the weights may be half-copied: never run them
-                raise
-            if swap is not None:
-                swap_s += self.tiers.swapped(swap, copy_s)
-            compute_s = time.perf_counter() - t0 - copy_s
-        self.tiers.memory.touch(name)
-        return ChunkOutput(name_outputs(entry.config, raw), rows, device_s, copy_s, compute_s,
-                           swap_s, inline, inline_cpu_s)
+    def run_inline(self, b: Batch) -> None:
+        b.inline = True
+        cpu0 = time.thread_time()
+        with_threads(self.threads, run_on_cpu, b, self.tiers)
+        b.inline_cpu_s = time.thread_time() - cpu0
 
-    def stall(self, out: ChunkOutput) -> str | None:
-        """Why ``out`` disqualifies its model from inline for good (None: it does not; the rule
+    def stall(self, b: Batch) -> str | None:
+        """Why ``b`` disqualifies its model from inline for good (None: it does not; the rule
         is ``policies.inline.is_stall``)."""
-        took_s = out.device_s + out.copy_s
-        if not is_stall(took_s, out.inline_cpu_s, self.inline_s,
+        took_s = b.device_s + b.copy_s
+        if not is_stall(took_s, b.inline_cpu_s, self.inline_s,
                         bounded_only=self.device.inline_bounded_only):
             return None
-        return f"a chunk took {took_s * 1e3:.1f} ms, over {INLINE_STALL:g}x inline_ms"
+        return f"a batch took {took_s * 1e3:.1f} ms, over {INLINE_STALL:g}x inline_ms"
 
-    def _inline(self, fn, *args):
-        return with_threads(self.threads, fn, *args)
 
-    async def _retry_after_oom(self, name, module, args, dev, stream) -> tuple[object, float]:
-        """CUDA out of memory: evict every idle model and run the chunk once more."""
-        self.tiers.evict_idle(keep=name)
-        torch.cuda.empty_cache()
-        try:
-            raw, device_s, _ = await self.in_device_thread(_forward, module, args, dev, stream)
-        except torch.cuda.OutOfMemoryError as e:
-            raise DeviceOutOfMemory(f"{name}: CUDA out of memory after evicting") from e
-        return raw, device_s
+def run_on_cpu(b: Batch, tiers: Residency) -> None:
+    """The CPU device's work for ``b``, on the calling thread: the swap-in's copy, then the
+    forward pass. Fills in the batch (an exception goes to ``b.error``, never up)."""
+    try:
+        b.copy_s = tiers.copy(b.swap) if b.swap is not None else 0.0
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            b.raw = b.module(*b.args)
+        b.device_s = time.perf_counter() - t0
+    except BaseException as e:  # noqa: BLE001 - handed to the worker with the batch
+        b.error = e
 
 
 def _rows_of(parts: list[tuple[Pending, int, int]], name: str) -> torch.Tensor:
@@ -174,31 +164,6 @@ def join_rows(rows: list[Rows]) -> Rows:
         return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
     tensors = [r if isinstance(r, torch.Tensor) else torch.from_numpy(r) for r in rows]
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
-
-
-def _forward(module: nn.Module, args: list[torch.Tensor], dev: str, stream,
-             copy: Callable[[], float] | None = None) -> tuple[object, float, float]:
-    """Run one chunk, after ``copy()`` (a pending swap-in's copy) when given; returns the CPU
-    outputs, the seconds the forward pass took in this thread, and the seconds of the copy."""
-    copy_s = copy() if copy is not None else 0.0
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        if stream is None:
-            out = _to_cpu(module(*[a.to(dev) for a in args]))
-        else:
-            with torch.cuda.stream(stream):
-                out = module(*[a.to(dev, non_blocking=True) for a in args])
-                out = _to_cpu(out)
-            stream.synchronize()
-    return out, time.perf_counter() - t0, copy_s
-
-
-def _to_cpu(raw):
-    if isinstance(raw, torch.Tensor):
-        return raw.cpu()
-    if isinstance(raw, dict):
-        return {k: v.cpu() for k, v in raw.items()}
-    return tuple(v.cpu() for v in raw)
 
 
 # TorchScript's profiling executor profiles a module's first passes and optimises after them

@@ -14,12 +14,20 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from policies.eviction import EvictionPolicy, EvictionRequest, PriorityLruEviction, ResidentView
+from policies.eviction import (
+    EvictionDecision,
+    EvictionPolicy,
+    EvictionRequest,
+    PriorityLruEviction,
+    ResidentView,
+)
 from policies.priority import Priority
 from pool._private.device_memory import DeviceMemory, Region
 from pool.errors import DeviceOutOfMemory
 
 __all__ = ["MemoryManager", "Resident"]
+
+_NOTHING = EvictionDecision((), True, 0)
 
 
 @dataclass(slots=True)
@@ -54,6 +62,7 @@ class MemoryManager:
         self.policy = policy or PriorityLruEviction()
         self._clock = clock
         self._resident: dict[str, Resident] = {}
+        self._used = 0  # sum of the residents' nbytes, kept as they come and go
         self._running: dict[str, int] = {}
         self._pinned: dict[str, int] = {}
         self.evictions = 0
@@ -65,7 +74,7 @@ class MemoryManager:
 
     @property
     def used_bytes(self) -> int:
-        return sum(r.nbytes for r in self._resident.values())
+        return self._used
 
     @property
     def free_bytes(self) -> int:
@@ -81,6 +90,9 @@ class MemoryManager:
     def resident_keys(self) -> list[str]:
         return list(self._resident)
 
+    def running_keys(self) -> list[str]:
+        return list(self._running)
+
     def pinned_keys(self) -> list[str]:
         return list(self._pinned)
 
@@ -92,13 +104,24 @@ class MemoryManager:
     @contextmanager
     def running(self, key: str) -> Iterator[None]:
         """While inside, ``key`` is never chosen as a victim."""
-        self._running[key] = self._running.get(key, 0) + 1
+        self.start_running(key)
         try:
             yield
         finally:
-            self._running[key] -= 1
-            if not self._running[key]:
-                del self._running[key]
+            self.stop_running(key)
+
+    def start_running(self, key: str) -> None:
+        """A batch of ``key`` is on the device: never a victim until :meth:`stop_running`
+        (the worker calls it when the batch's completion is seen, so a region is never freed
+        while a stream may still read it)."""
+        self._running[key] = self._running.get(key, 0) + 1
+
+    def stop_running(self, key: str) -> None:
+        n = self._running.get(key, 0) - 1
+        if n > 0:
+            self._running[key] = n
+        else:
+            self._running.pop(key, None)
 
     def pin(self, key: str) -> None:
         """A caller keeps ``key`` resident until :meth:`unpin` (e.g. while it is being filled)."""
@@ -133,7 +156,10 @@ class MemoryManager:
             raise DeviceOutOfMemory(
                 f"{key} needs {nbytes} bytes, device capacity for weights is {self.capacity_bytes}"
             )
-        decision = self.policy.choose(self._request(nbytes, self.free_bytes, priority, queued))
+        free = self.free_bytes
+        # Views of every resident are built only when something must leave.
+        decision = (_NOTHING if nbytes <= free
+                    else self.policy.choose(self._request(nbytes, free, priority, queued)))
         if not decision.feasible:
             raise DeviceOutOfMemory(
                 f"{key} needs {nbytes} bytes, {self.free_bytes} free and not enough evictable"
@@ -142,12 +168,14 @@ class MemoryManager:
             self._evict(victim, evict)
         region = self._allocate_evicting(nbytes, priority, queued, evict, key)
         self._resident[key] = Resident(region, nbytes, priority, self._clock(), reload_cost_s)
+        self._used += nbytes
         return region
 
     def release(self, key: str) -> None:
         """Forget ``key`` (the owner already stopped using its region)."""
         r = self._resident.pop(key, None)
         if r is not None:
+            self._used -= r.nbytes
             self.memory.release(r.region)
 
     def evict_idle(self, evict: Callable[[str], None], *, keep: str | None = None) -> int:

@@ -38,8 +38,11 @@ class Pending:
     deadline: float | None
     arrival: float
     future: asyncio.Future = field(repr=False)
-    done: int = 0
-    parts: list[dict[str, Rows]] = field(default_factory=list)
+    done: int = 0  # rows answered (their batch completed)
+    launched: int = 0  # rows handed to the device (answered or in flight)
+    # (first row, outputs) per completed batch; batches of one request complete in launch order
+    # on one stream, but a split request's batches may run on two streams (aging)
+    parts: list[tuple[int, dict[str, Rows]]] = field(default_factory=list)
     compute_s: float = 0.0
     swap_s: float = 0.0
     first_start: float | None = None
@@ -52,6 +55,7 @@ class ModelQueue:
     """One model's queue and its measured costs."""
 
     config: ModelConfig
+    name: str = ""  # str(ModelKey): the name the policy and the residency know it by
     queue: list[Pending] = field(default_factory=list)
     ewma_row_s: float = INITIAL_ROW_S
     measured_at: float | None = None  # clock time of the last measurement of ewma_row_s
@@ -75,6 +79,10 @@ class QueueState:
     def __init__(self, max_queue: int, label: str = "") -> None:
         self.label = label
         self.models: dict[ModelKey, ModelQueue] = {}
+        # The models with queued work (an entry may stay listed with an empty queue until the
+        # next walk drops it): every walk per decision goes over these, so a decision costs in
+        # proportion to the busy models, not to every registered one.
+        self.active: dict[ModelKey, ModelQueue] = {}
         self.by_name: dict[str, ModelKey] = {}
         self._ids = itertools.count()
         self._max_queue = max_queue
@@ -83,11 +91,12 @@ class QueueState:
         self._queued_at_most = 0
 
     def add(self, key: ModelKey, config: ModelConfig) -> None:
-        self.models[key] = ModelQueue(config=config)
+        self.models[key] = ModelQueue(config=config, name=str(key))
         self.by_name[str(key)] = key
 
     def remove(self, key: ModelKey) -> ModelQueue | None:
         self.by_name.pop(str(key), None)
+        self.active.pop(key, None)
         return self.models.pop(key, None)
 
     def entry(self, name: str) -> ModelQueue | None:
@@ -98,7 +107,7 @@ class QueueState:
                deadline: float | None, now: float, future: asyncio.Future) -> Pending:
         """Queue a request (the caller checked the model is registered)."""
         if self._queued_at_most >= self._max_queue:
-            self._queued_at_most = sum(len(e.queue) for e in self.models.values())
+            self._queued_at_most = sum(len(e.queue) for _, e in self._busy())
             if self._queued_at_most >= self._max_queue:
                 raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
         first = next(iter(inputs.values()))
@@ -107,29 +116,37 @@ class QueueState:
         entry = self.models[key]
         entry.arrived(now)
         entry.queue.append(p)
+        self.active[key] = entry
         self._queued_at_most += 1
         return p
 
+    def _busy(self) -> list[tuple[ModelKey, ModelQueue]]:
+        """The active models with a non-empty queue (drops the others from ``active``)."""
+        busy = [(k, e) for k, e in self.active.items() if e.queue]
+        if len(busy) != len(self.active):
+            self.active = dict(busy)
+        return busy
+
     def model_views(self, *, resident, swap_cost_s, stale,
                     loading=lambda _name: False) -> tuple[ModelView, ...]:
-        """The queues as the scheduling policy sees them (cancelled requests dropped).
+        """The queues as the scheduling policy sees them (cancelled requests dropped, and
+        requests whose rows are all on the device left out: there is nothing left to decide).
 
-        Only models with queued requests are described: an idle model cannot be chosen, and
-        with many models registered (most of them idle) this keeps each decision cheap. A stale
-        cost estimate is shown as the initial one, so expiry does not refuse on it.
+        Only models with queued requests are described (``active``): an idle model cannot be
+        chosen, and with many models registered (most of them idle) this keeps each decision
+        cheap. A stale cost estimate is shown as the initial one, so expiry does not refuse on it.
         """
         models = []
-        for key, entry in self.models.items():
-            if not entry.queue:
-                continue
+        for key, entry in self._busy():
             entry.queue = [p for p in entry.queue if not p.future.done()]
-            if not entry.queue:
-                continue
-            name, is_stale = str(key), stale(entry)
             reqs = tuple(
-                RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows - p.done, p.done > 0)
-                for p in entry.queue
+                RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows - p.launched,
+                            p.launched > 0)
+                for p in entry.queue if p.launched < p.rows
             )
+            if not reqs:
+                continue
+            name, is_stale = entry.name, stale(entry)
             models.append(ModelView(
                 name, resident(name), reqs, entry.config.max_batch_size,
                 entry.config.batch_wait_ms / 1e3,
@@ -138,16 +155,19 @@ class QueueState:
             ))
         return tuple(models)
 
+    def waiting(self) -> bool:
+        """Some queued request has rows not yet on the device (cancelled ones may count)."""
+        return any(p.launched < p.rows for _, e in self._busy() for p in e.queue)
+
     def backlog_s(self, *, resident, swap_cost_s, stale) -> float:
         """All queued work as :meth:`model_views` would estimate it (each model's remaining rows
         times its cost per row, plus its swap-in unless resident), without building the views:
         a bound for ``SchedulingPolicy.keeps_on_arrival``. Cancelled requests still count."""
         total = 0.0
-        for key, entry in self.models.items():
-            if not entry.queue:
-                continue
+        for key, entry in self._busy():
             name = str(key)
-            total += (sum(p.rows - p.done for p in entry.queue) * _shown_row_s(entry, stale(entry))
+            rows = sum(p.rows - p.launched for p in entry.queue)
+            total += (rows * _shown_row_s(entry, stale(entry))
                       + (0.0 if resident(name) else swap_cost_s(name)))
         return total
 
@@ -156,6 +176,9 @@ class QueueState:
         entry = self.entry(d.model or "")
         if entry is None:
             return []
+        if len(d.request_ids) == 1:
+            rid = d.request_ids[0]
+            return [p for p in entry.queue if p.id == rid]
         order = {rid: i for i, rid in enumerate(d.request_ids)}
         return sorted((p for p in entry.queue if p.id in order), key=lambda p: order[p.id])
 
@@ -164,7 +187,7 @@ class QueueState:
         if not ids:
             return 0
         wanted, dropped = set(ids), 0
-        for entry in self.models.values():
+        for _, entry in self._busy():
             keep = []
             for p in entry.queue:
                 if p.id in wanted:
@@ -177,13 +200,12 @@ class QueueState:
 
     def queued_classes(self) -> dict[str, Priority]:
         """The most urgent queued class of each model with work (eviction rights)."""
-        return {str(k): min(p.priority for p in e.queue)
-                for k, e in self.models.items() if e.queue}
+        return {str(k): min(p.priority for p in e.queue) for k, e in self._busy()}
 
     def has_started(self, name: str) -> bool:
         """A request of ``name`` has run a chunk and is not finished (preempted if left)."""
         entry = self.entry(name)
-        return bool(entry and any(p.done > 0 and not p.future.done() for p in entry.queue))
+        return bool(entry and any(p.launched > 0 and not p.future.done() for p in entry.queue))
 
     def fail_all(self, error: BaseException) -> None:
         for entry in self.models.values():
@@ -197,9 +219,9 @@ class QueueState:
         for p in chosen:
             if budget <= 0:
                 break
-            n = min(p.rows - p.done, budget)
+            n = min(p.rows - p.launched, budget)
             if n > 0:
-                parts.append((p, p.done, n))
+                parts.append((p, p.launched, n))
                 budget -= n
         return parts
 

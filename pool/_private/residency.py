@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 from policies.eviction import EvictionPolicy
 from policies.priority import Priority
 from pool._private.device_memory import ArenaMemory, CudaMemory, DeviceMemory, HostMemory
+from pool._private.events import EventPool
 from pool._private.host_tier import HostTier
 from pool._private.memory import MemoryManager
 from pool._private.pipelined import PipelinedCopy, plan_groups
@@ -32,7 +32,12 @@ from pool._private.streams import class_streams
 from pool._private.weights import PackedModel, bind, pack
 from pool.device import DeviceSpec
 
-__all__ = ["Residency", "SwapIn", "SwapStats", "memory_for"]
+__all__ = ["INLINE_COPY_S", "Residency", "SwapIn", "SwapStats", "memory_for"]
+
+# A swap whose copy is estimated (bytes over the measured bandwidth) to take at most this long
+# is copied (CPU) or waited for (CUDA: its event) on the caller's thread by ``ensure``: a hop
+# to another thread and back costs ~0.1 ms and more under load, more than a small copy.
+INLINE_COPY_S = 1e-3
 
 
 def memory_for(device: DeviceSpec) -> DeviceMemory:
@@ -70,6 +75,7 @@ class SwapIn:
     reserved_s: float  # seconds spent choosing victims and reserving the region
     # CUDA: (begin, done) events of the enqueued copy; its device time is read from them.
     events: list = field(default_factory=list, compare=False)
+    pooled: bool = True  # the events came from the residency's pool (not a pipelined copy's)
 
 
 @dataclass(slots=True)
@@ -92,10 +98,8 @@ class Residency:
         memory: DeviceMemory | None = None,
         eviction: EvictionPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
-        executor: Executor | None = None,
     ) -> None:
         self.device = device
-        self._executor = executor  # where copies run (None: asyncio's default pool)
         self._cuda = device.kind == "cuda"
         self.memory = MemoryManager(
             memory or memory_for(device), reserve_bytes=device.reserve_bytes, policy=eviction,
@@ -105,6 +109,7 @@ class Residency:
         self.stats = SwapStats()
         self._models: dict[str, _Tiered] = {}
         self._copy_stream = torch.cuda.Stream(device.torch_device) if self._cuda else None
+        self._events = EventPool(device.torch_device if self._cuda else None)
         # The worker runs chunks on these; each swap-in's copy event is waited on by all of them.
         self.compute_streams = class_streams(device.torch_device) if self._cuda else None
         self._bandwidth = 2e9  # bytes/s, refined by measured swaps (EWMA)
@@ -157,9 +162,15 @@ class Residency:
         return packed, time.perf_counter() - start
 
     async def ensure(self, key: str, priority: Priority, queued: Mapping[str, Priority]) -> float:
-        """Make ``key`` resident; returns seconds spent (0 if it already was).
+        """Make ``key`` resident; returns seconds spent (0 if it already was). Copied when it
+        returns.
 
-        Raises DeviceOutOfMemory when it cannot be made to fit.
+        The one swap path: :meth:`reserve` (eviction, region), :meth:`copy`, :meth:`swapped`,
+        as the worker's launches use it. A copy estimated at up to ``INLINE_COPY_S`` runs (CPU)
+        or is waited for (CUDA: its event) on the calling thread, with no hop: it costs less
+        than a hop would. A longer one runs or is waited for off the loop. A model the host
+        tier dropped is loaded from disk first. Raises DeviceOutOfMemory when it cannot be made
+        to fit.
         """
         inflight = self._inflight.get(key)
         if inflight is not None:  # another caller is swapping it in: share that swap
@@ -169,6 +180,19 @@ class Residency:
             self.memory.touch(key)
             self.host.touch(key)
             return 0.0
+        m = self._models[key]
+        if m.packed is not None and m.nbytes / self._bandwidth <= INLINE_COPY_S:
+            start = time.perf_counter()
+            swap = self._reserve(key, priority, queued)
+            try:
+                copy_s = self.copy(swap)
+                if swap.events:
+                    swap.events[1].synchronize()  # a small copy: microseconds, less than a hop
+            except BaseException:
+                self.abort(swap)
+                raise
+            self.swapped(swap, copy_s)
+            return time.perf_counter() - start
         task = asyncio.ensure_future(self._swap_in(key, priority, queued))
         self._inflight[key] = task
         task.add_done_callback(lambda _t: self._inflight.pop(key, None))
@@ -240,6 +264,7 @@ class Residency:
         pc.start()
         if pc.events:
             swap.events[:] = [pc.events[0], pc.events[-1]]
+        object.__setattr__(swap, "pooled", False)  # the copy's own events, not the pool's
         return pc
 
     def swapped(self, swap: SwapIn, copy_s: float) -> float:
@@ -254,13 +279,16 @@ class Residency:
         self.stats.swap_s += elapsed
         return elapsed
 
-    @staticmethod
-    def _device_copy_s(swap: SwapIn, host_s: float) -> float:
+    def _device_copy_s(self, swap: SwapIn, host_s: float) -> float:
         if not swap.events:
             return host_s
         begin, done = swap.events
-        done.synchronize()  # one event (already complete after the chunk), not the device
-        return begin.elapsed_time(done) / 1e3
+        done.synchronize()  # one event (already complete after the batch), not the device
+        copy_s = begin.elapsed_time(done) / 1e3
+        if len(swap.events) == 2 and swap.pooled:
+            self._events.give((begin, done))  # complete: safe to record again
+        swap.events.clear()
+        return copy_s
 
     def abort(self, swap: SwapIn) -> None:
         """The copy did not happen (or failed): give the region back, keep the host copy."""
@@ -306,19 +334,17 @@ class Residency:
             await self._load_host(key)
         swap = self._reserve(key, priority, queued)
         try:
-            copy_s = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._copy_and_wait, swap)
+            if swap.dst is None:
+                copy_s = 0.0
+            elif self._cuda:  # enqueue here, wait for the event off the loop
+                copy_s = self.copy(swap)
+                await asyncio.to_thread(swap.events[1].synchronize)
+            else:  # a large CPU copy would hold the loop: the copy itself runs off it
+                copy_s = await asyncio.to_thread(self.copy, swap)
         except BaseException:
             self.abort(swap)
             raise
         self.swapped(swap, copy_s)
-        return time.perf_counter() - start
-
-    def _copy_and_wait(self, swap: SwapIn) -> float:
-        start = time.perf_counter()
-        self.copy(swap)
-        if swap.events:
-            swap.events[1].synchronize()
         return time.perf_counter() - start
 
     def _copy_in(self, swap: SwapIn) -> None:
@@ -329,8 +355,7 @@ class Residency:
             dst[: packed.nbytes].copy_(src)
             bind(packed, dst)
             return
-        begin = torch.cuda.Event(enable_timing=True)
-        done = torch.cuda.Event(enable_timing=True)
+        begin, done = self._events.take()
         with torch.cuda.stream(self._copy_stream):
             begin.record()
             dst[: packed.nbytes].copy_(src, non_blocking=True)
@@ -375,7 +400,8 @@ class Residency:
             if self.memory.is_resident(dropped) and self._host_is_device():
                 continue  # its host buffer *is* its device copy
             if self.memory.is_resident(dropped):
-                d.packed.host = None  # device copy stays; evicting it later means a disk load
+                # device copy stays; evicting it later means a disk load
+                d.packed.host = d.packed.host_views = None
             else:
                 d.packed = None
 

@@ -95,7 +95,8 @@ def test_the_queue_backlog_matches_the_snapshot_views():
                 q.submit(key, {"x": torch.ones(n, 4)}, Priority.BATCH, None, 0.0,
                          loop.create_future())
         q.models[ModelKey("a", "1")].ewma_row_s = 0.002
-        q.models[ModelKey("a", "1")].queue[1].done = 1  # a started request: 2 rows left
+        started = q.models[ModelKey("a", "1")].queue[1]  # a started request: 2 rows left
+        started.launched = started.done = 1
         kw = {"resident": lambda n: n == str(ModelKey("a", "1")), "swap_cost_s": lambda n: 0.01,
               "stale": lambda e: e.ewma_row_s != 0.002}
         views = q.model_views(**kw)

@@ -60,7 +60,9 @@ async def make_worker():
     yield _make
     for w in workers:
         await w.close()
-        assert w._loop_task is None or w._loop_task.done()  # no leaked loop task
+        assert w._timer is None or w._timer.cancelled()  # no leaked wake-up timer
+        assert not w.queues.active or all(p.future.done() for _, e in w.queues.active.items()
+                                          for p in e.queue)  # nothing left unanswered
 
 
 async def add(w, n, script=False):
