@@ -198,6 +198,7 @@ CheckFn = Callable[[Env], Awaitable[dict]]
 
 async def run_checks(env: Env, extra: dict[str, CheckFn] | None = None) -> dict[str, dict]:
     """Every check in order; a check that raises fails with the exception as its reason."""
+    from benchmarks.gpu_suite.checks_executor import serving_loop_no_sync
     from benchmarks.gpu_suite.checks_memory import no_leak, oom_evict_retry
 
     order: dict[str, CheckFn] = {
@@ -208,6 +209,7 @@ async def run_checks(env: Env, extra: dict[str, CheckFn] | None = None) -> dict[
         "nvml_vs_mem_get_info": nvml_capacity,
         "oom_evicts_retries_hands_back": oom_evict_retry,
         "no_leak_1000_swaps": no_leak,
+        "serving_loop_no_sync": serving_loop_no_sync,
         **(extra or {}),
     }
     out: dict[str, dict] = {}

@@ -1,4 +1,5 @@
-"""The suite's targets (issue 17), evaluated only where CUDA ran; checks must all pass there."""
+"""The suite's targets (issues 17 and 41), evaluated only where CUDA ran; checks must all pass
+there."""
 
 from __future__ import annotations
 
@@ -28,6 +29,20 @@ TARGETS = {
                                            "PipeSwitch: 3.6-6.6 ms task startup"),
     "realtime_p99_vs_alone": (("priority", "rt_p99_vs_alone"), "max", 1.2,
                               "REEF: < 2 % overhead at kernel level"),
+    "background_kept_vs_unchunked_alone": (("priority", "bg_mixed_over_unchunked_alone"), "min",
+                                           0.9, "stream priorities kept 99.6 % (H200)"),
+    "realtime_p50_alone_over_floor": (("priority", "rt_p50_alone_over_floor"), "max", 2.0,
+                                      "within 2x a plain torch call on an urgent stream"),
+    "swap_1mb_over_raw_pinned": (("swap", "sizes", "1MB", "swap_over_raw"), "min", 0.5,
+                                 "a small swap costs at most its copy again"),
+    "swap_10mb_over_raw_pinned": (("swap", "sizes", "10MB", "swap_over_raw"), "min", 0.8,
+                                  "fixed cost per swap amortised by 10 MiB"),
+    "capacity_over_pinned_min": (("capacity", "min_capacity_over_pinned"), "min", 1.5,
+                                 "every zoo: 1.5x the hand-written pinned-LRU loop's capacity"),
+    "goodput_at_2x_over_capacity_min": (("capacity", "min_goodput_at_2x_over_capacity"), "min",
+                                        0.9, "past saturation goodput holds near capacity"),
+    "colocation_p99_over_pinned": (("colocation", "timeshare_p99_over_pinned"), "max", 0.5,
+                                   "p99 at 400 req/s <= half the pinned-LRU loop's"),
     "colocation_stock_p99_over_timeshare": (("colocation", "stock_p99_over_timeshare"), "min",
                                             10.0, "p99 <= 1/10 of stock multiplexing"),
     "colocation_host_ram_p99_over_timeshare": (("colocation", "host_ram_p99_over_timeshare"),

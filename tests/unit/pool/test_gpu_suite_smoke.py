@@ -57,15 +57,26 @@ def test_the_quick_suite_runs_ray_free_on_cpu_and_reports_every_check(tmp_path):
         assert checks[name]["status"] == "skipped" and "no CUDA" in checks[name]["reason"]
     for name in set(checks) - CUDA_ONLY:
         assert checks[name]["status"] == "pass", (name, checks[name])
-    assert checks["no_leak_1000_swaps"]["swaps"] == 1000
+    assert checks["no_leak_1000_swaps"]["swaps"] >= 1000
+    loop = checks["serving_loop_no_sync"]
+    assert loop["requests"] > 0 and loop["swaps"] > 0
     assert r["checks_passed"] is True and r["meets_targets"] is None
     assert r["targets_evaluated"] is False
     assert all(t["met"] is None for t in r["targets"].values())
     assert r["sections"]["pipelined"]["outputs_equal"] is True
     colo = r["sections"]["colocation"]
     assert colo["models"] >= 100 and colo["total_weight_bytes"] >= 3 * colo["device_budget_bytes"]
-    assert set(colo["arms"]) == {"timeshare", "stock_multiplex", "host_ram_to_device"}
+    assert set(colo["arms"]) == {"timeshare", "stock_multiplex", "host_ram_to_device",
+                                 "host_ram_pinned"}
     assert all(a["requests"] == colo["requests"] > 0 for a in colo["arms"].values())
+    assert colo["timeshare_p99_over_pinned"] is not None
+    for zoo in r["sections"]["capacity"]["zoos"].values():  # both arms measured on each zoo
+        assert zoo["curves"]["timeshare"] and zoo["curves"]["host_ram_pinned"]
+        assert zoo["timeshare_capacity_per_s"] is not None
+    swap = r["sections"]["swap"]
+    assert "fixed_cost_us" in swap and len(swap["sizes"]) >= 2
+    refs = r["sections"]["priority"]["references"]
+    assert refs["floor"]["rt_requests"] > 0 and refs["streams_mixed"]["bg_rows_per_s"] > 0
     third = set(json.loads(proc.stderr.split("THIRD_PARTY=")[1].splitlines()[0]))
     assert third <= ON_DEVICE | _wheel_modules(), third - ON_DEVICE - _wheel_modules()
 
@@ -86,12 +97,20 @@ def test_targets_are_met_only_on_cuda_with_every_bound_and_no_failed_check():
     good = {"swap_1gb_over_raw_pinned": 0.95, "swap_1gb_gbps": 24.0,
             "pipelined_first_layer_ready_ms_1gb": 3.0, "realtime_p99_vs_alone": 1.1,
             "colocation_stock_p99_over_timeshare": 12.0,
-            "colocation_host_ram_p99_over_timeshare": 4.0}
+            "colocation_host_ram_p99_over_timeshare": 4.0,
+            "background_kept_vs_unchunked_alone": 0.95, "realtime_p50_alone_over_floor": 1.5,
+            "swap_1mb_over_raw_pinned": 0.6, "swap_10mb_over_raw_pinned": 0.85,
+            "capacity_over_pinned_min": 2.0, "goodput_at_2x_over_capacity_min": 0.95,
+            "colocation_p99_over_pinned": 0.4}
+    assert set(good) == set(TARGETS)  # every target is exercised here
     cuda, cpu = Env("cuda"), Env("cpu")
     assert evaluate(cuda, _sections(**good))["meets_targets"] is True
     assert evaluate(cpu, _sections(**good))["meets_targets"] is None
     slow = evaluate(cuda, _sections(**{**good, "swap_1gb_gbps": 12.0}))
     assert slow["meets_targets"] is False and slow["targets"]["swap_1gb_gbps"]["met"] is False
+    collapsed = evaluate(cuda, _sections(**{**good, "goodput_at_2x_over_capacity_min": 0.3}))
+    assert collapsed["meets_targets"] is False
+    assert collapsed["targets"]["goodput_at_2x_over_capacity_min"]["met"] is False
     failed = _sections(**good)
     failed["checks"]["c"] = {"status": "fail"}
     assert evaluate(cuda, failed)["meets_targets"] is False
