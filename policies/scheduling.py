@@ -189,6 +189,35 @@ class SchedulingPolicy(ABC):
         return deadline is None or now + backlog_s * pace < deadline
 
     def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
+        """What the worker does next (see :class:`ScheduleDecision`)."""
+        if len(snap.models) == 1 and len(snap.models[0].requests) == 1:
+            return self._decide_lone(snap, snap.models[0], snap.models[0].requests[0])
+        return self._decide(snap)
+
+    def _decide_lone(self, snap: SchedulerSnapshot, model: ModelView,
+                     r: RequestView) -> ScheduleDecision:
+        """:meth:`_decide` for one queued request of one model (a lone arrival on an idle
+        device, the common case at low load), without building the rank order: the same rules,
+        read off directly (``tests/unit/pool/test_scheduling_policy.py`` checks they agree)."""
+        if model.loading:
+            return self._decide(snap)
+        if r.deadline is not None and (snap.now + request_work_s(model, r, swap_paid=False)
+                                       * snap.pace >= r.deadline):
+            return ScheduleDecision(expired=(r.id,), reason="idle")
+        rows = min(r.rows, model.max_batch_size)
+        ready_at = r.arrival + model.batch_wait_s
+        if (rows < model.max_batch_size and snap.now < ready_at
+                and model.arrival_gap_s < model.batch_wait_s and not r.started):
+            return ScheduleDecision(wait_until=ready_at, reason="batching")
+        key, reason = self.choose_model(snap, {model.key: [r]}, model.key)
+        chunk = self.chunk_rows(snap, model, rows, r.priority)
+        return ScheduleDecision(
+            model=key, request_ids=(r.id,), rows=rows, chunk_rows=chunk,
+            priority=self.effective_class(r, snap.now), reason=reason,
+            work_s=chunk * model.row_cost_s if model.resident and model.measured else 0.0,
+        )
+
+    def _decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
         expired, live = self.triage(snap)
         by_key = {m.key: m for m in snap.models}
         if not live:
@@ -308,7 +337,9 @@ class PrioritySchedulingPolicy(SchedulingPolicy):
             return rows  # e.g. realtime: nothing outranks it, no preemption point needed
         n = min(rows, snap.chunk_size)
         if model.row_cost_s > 0:
-            n = min(n, int(budget_s / model.row_cost_s))
+            fits = budget_s / model.row_cost_s  # inf for a vanishing cost: no int() of that
+            if fits < n:
+                n = int(fits)
         return max(1, n)
 
 

@@ -56,6 +56,7 @@ class ModelQueue:
 
     config: ModelConfig
     name: str = ""  # str(ModelKey): the name the policy and the residency know it by
+    listed: bool = False  # in QueueState.active
     queue: list[Pending] = field(default_factory=list)
     ewma_row_s: float = INITIAL_ROW_S
     measured_at: float | None = None  # clock time of the last measurement of ewma_row_s
@@ -84,6 +85,7 @@ class QueueState:
         # proportion to the busy models, not to every registered one.
         self.active: dict[ModelKey, ModelQueue] = {}
         self.by_name: dict[str, ModelKey] = {}
+        self.named: dict[str, ModelQueue] = {}  # str(key) -> entry, without hashing a key
         self._ids = itertools.count()
         self._max_queue = max_queue
         # At least the number of requests queued: submits add to it, and only a recount (when it
@@ -91,17 +93,19 @@ class QueueState:
         self._queued_at_most = 0
 
     def add(self, key: ModelKey, config: ModelConfig) -> None:
-        self.models[key] = ModelQueue(config=config, name=str(key))
-        self.by_name[str(key)] = key
+        entry = ModelQueue(config=config, name=str(key))
+        self.models[key] = entry
+        self.by_name[entry.name] = key
+        self.named[entry.name] = entry
 
     def remove(self, key: ModelKey) -> ModelQueue | None:
         self.by_name.pop(str(key), None)
+        self.named.pop(str(key), None)
         self.active.pop(key, None)
         return self.models.pop(key, None)
 
     def entry(self, name: str) -> ModelQueue | None:
-        key = self.by_name.get(name)
-        return self.models.get(key) if key is not None else None
+        return self.named.get(name)
 
     def submit(self, key: ModelKey, inputs: Mapping[str, Rows], priority: Priority,
                deadline: float | None, now: float, future: asyncio.Future) -> Pending:
@@ -111,12 +115,15 @@ class QueueState:
             if self._queued_at_most >= self._max_queue:
                 raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
         first = next(iter(inputs.values()))
-        p = Pending(next(self._ids), key, inputs, int(first.shape[0]), Priority(priority),
+        p = Pending(next(self._ids), key, inputs, int(first.shape[0]),
+                    priority if type(priority) is Priority else Priority(priority),
                     deadline, now, future, as_numpy=isinstance(first, np.ndarray))
         entry = self.models[key]
         entry.arrived(now)
         entry.queue.append(p)
-        self.active[key] = entry
+        if not entry.listed:
+            entry.listed = True
+            self.active[key] = entry
         self._queued_at_most += 1
         return p
 
@@ -124,6 +131,8 @@ class QueueState:
         """The active models with a non-empty queue (drops the others from ``active``)."""
         busy = [(k, e) for k, e in self.active.items() if e.queue]
         if len(busy) != len(self.active):
+            for _, e in self.active.items():
+                e.listed = bool(e.queue)
             self.active = dict(busy)
         return busy
 
@@ -137,21 +146,23 @@ class QueueState:
         cheap. A stale cost estimate is shown as the initial one, so expiry does not refuse on it.
         """
         models = []
-        for key, entry in self._busy():
+        for _, entry in self._busy():
             entry.queue = [p for p in entry.queue if not p.future.done()]
-            reqs = tuple(
+            reqs = tuple([
                 RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows - p.launched,
                             p.launched > 0)
                 for p in entry.queue if p.launched < p.rows
-            )
+            ])
             if not reqs:
                 continue
             name, is_stale = entry.name, stale(entry)
+            is_resident = resident(name)
             models.append(ModelView(
-                name, resident(name), reqs, entry.config.max_batch_size,
+                name, is_resident, reqs, entry.config.max_batch_size,
                 entry.config.batch_wait_ms / 1e3,
-                _shown_row_s(entry, is_stale), swap_cost_s(name), entry.ewma_gap_s,
-                loading(name), entry.measured_at is not None and not is_stale,
+                _shown_row_s(entry, is_stale), 0.0 if is_resident else swap_cost_s(name),
+                entry.ewma_gap_s, loading(name),
+                entry.measured_at is not None and not is_stale,
             ))
         return tuple(models)
 
@@ -173,7 +184,7 @@ class QueueState:
 
     def chosen(self, d: ScheduleDecision) -> list[Pending]:
         """The decision's requests, in the decision's order."""
-        entry = self.entry(d.model or "")
+        entry = self.named.get(d.model or "")
         if entry is None:
             return []
         if len(d.request_ids) == 1:

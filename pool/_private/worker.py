@@ -331,8 +331,7 @@ class DeviceWorker:
         """Step 2: make the decision's model resident and hand a batch to the executor.
         True when the batch ran inline (it is answered already)."""
         assert d.model is not None
-        key = self.queues.by_name[d.model]
-        entry = self.queues.models[key]
+        entry = self.queues.named[d.model]
         if self._last is not None and self._last != d.model and self.queues.has_started(
                 self._last):
             self.preemptions += 1
@@ -438,6 +437,9 @@ class DeviceWorker:
             b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
             b.swap = None
         outputs = name_outputs(entry.config, b.raw)
+        if len(b.parts) == 1 and b.parts[0][2] == b.parts[0][0].rows:
+            self._answer_whole(b, b.parts[0][0], outputs)  # one request, whole: no slicing
+            return
         # numpy callers (the pool's host) get numpy views: one conversion per batch, and a
         # numpy slice costs a tenth of a tensor slice
         arrays: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()}
@@ -459,6 +461,22 @@ class DeviceWorker:
                 self._finish(p)
         entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
 
+    def _answer_whole(self, b: Batch, p: Pending, outputs: dict[str, torch.Tensor]) -> None:
+        p.done = p.rows
+        p.compute_s += b.device_s
+        p.swap_s += b.swap_s
+        p.batch = max(p.batch, b.rows)
+        if not p.future.done():
+            outs: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
+                                     else dict(outputs))
+            p.parts.append((0, outs))
+            self._finish(p)
+        queue = b.entry.queue
+        if len(queue) == 1 and queue[0] is p:
+            queue.clear()
+        else:
+            b.entry.queue = [q for q in queue if q.done < q.rows and not q.future.done()]
+
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""
         entry = b.entry
@@ -468,9 +486,10 @@ class DeviceWorker:
             self.inline_chunks += 1
         else:
             entry.thread_runs += 1
-        stall = self.batches.stall(b)
-        if stall is not None:
-            entry.inline_refused = stall
+        if self.batches.inline_s:  # only a model that may run inline can stall the loop
+            stall = self.batches.stall(b)
+            if stall is not None:
+                entry.inline_refused = stall
         # The cost per row sizes chunks in time: measured on the device side, so the hops and
         # event-loop delays (which vary with load, not with rows) do not shrink chunks. A stale
         # estimate (a long-idle model, or one slowed by a past stall) is replaced whole.

@@ -262,3 +262,32 @@ def test_a_loading_models_requests_expire_once_the_rest_of_the_load_would_miss()
     assert behind.expired == (1, 2, 3)  # at twice the estimates, 0.4 s: even request 1 misses
     no_deadline = policy.decide(snap(loading("cold", req(3))))
     assert no_deadline.model is None and no_deadline.wait_until is None
+
+
+# -- the lone-request shortcut decides exactly what the general path decides ----------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_lone = st.builds(
+    lambda pri, deadline_in, age, rows, started, resident, max_batch, wait, row_cost, gap,
+    measured, current, pace: (
+        SchedulerSnapshot(
+            NOW,
+            (ModelView("m", resident,
+                       (RequestView(7, pri, None if deadline_in is None else NOW + deadline_in,
+                                    NOW - age, rows, started),),
+                       max_batch, wait, row_cost, 0.0 if resident else 0.02, gap, False,
+                       measured),),
+            current, NOW - 0.01, 0.05, 16, pace)),
+    st.sampled_from(list(Priority)), st.one_of(st.none(), st.floats(-0.01, 0.05)),
+    st.floats(0.0, 5.0), st.integers(1, 64), st.booleans(), st.booleans(),
+    st.integers(1, 64), st.sampled_from([0.0, 0.002, 0.01]), st.floats(0.0, 0.001),
+    st.sampled_from([0.0, 0.001, float("inf")]), st.booleans(),
+    st.sampled_from([None, "m", "other"]), st.floats(0.5, 3.0))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_lone, st.sampled_from([policy, FifoSchedulingPolicy(),
+                               PrioritySchedulingPolicy(chunk_ms=1.0)]))
+def test_the_lone_request_shortcut_equals_the_general_decision(s, pol):
+    assert pol.decide(s) == pol._decide(s)
