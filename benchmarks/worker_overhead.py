@@ -12,8 +12,9 @@ Three figures, each beside its reference measured in the same run (CPU stand-in;
   its CPU inline shortcut (``inline_ms`` default) is reported beside it, not targeted.
 - ``swap_1mib``: making a 1 MiB model resident from the host tier (``Residency.ensure``: the one
   swap path: eviction, region, copy, re-binding) while a second model of the same size holds the
-  only room, against a raw ``dst.copy_(src)`` of the same bytes. Also the same swap on the
-  serving path: a request that swaps against one that does not.
+  only room, against a raw ``dst.copy_(src)`` of the same bytes (two source and destination
+  pairs, alternated as the two models are). Also the same swap on the serving path: a request
+  that swaps against one that does not.
 - ``zoo``: the per-request cost with 1,000 registered models against 8 registered (requests go
   to the same 8 hot models; the device holds a tenth of the zoo).
 
@@ -164,17 +165,21 @@ async def swap_1mib(rounds: int, n: int) -> dict:
     for k, c, m in zip(keys, cfg, models, strict=True):
         await w.add_model(k, c, partial(_same, m))
     names = [str(k) for k in keys]
-    src = torch.empty(size, dtype=torch.uint8).fill_(1)
-    dst = torch.empty(size, dtype=torch.uint8)
+    # Two sources and two destinations, alternated like the two models: the same memory
+    # traffic as the swaps (one pair copied over and over would stay in the CPU's caches).
+    srcs = [torch.empty(size, dtype=torch.uint8).fill_(i + 1) for i in range(2)]
+    dsts = [torch.empty(size, dtype=torch.uint8) for _ in range(2)]
     x = np.ones((1, 256), dtype=np.float32)
     turn = [0]
+    pair = [0]
 
     async def ensure_next():
         turn[0] ^= 1
         await w.tiers.ensure(names[turn[0]], Priority.INTERACTIVE, {})
 
     async def raw():
-        dst.copy_(src)
+        pair[0] ^= 1
+        dsts[pair[0]].copy_(srcs[pair[0]])
 
     async def serve_swapping():
         turn[0] ^= 1

@@ -41,6 +41,10 @@ class PackedModel:
     # Views of ``host``, built once: a swap-out only re-points (about 0.4 us a tensor, against
     # about 4 us to build each view again).
     host_views: list[torch.Tensor] | None = None
+    # Views of the CPU arena region it was last bound to, by (address, bytes): a model swapped
+    # back into the same region is re-pointed without building views. CPU only: on CUDA a
+    # cached view would keep a freed region's block allocated.
+    region_views: tuple[tuple[int, int], list[torch.Tensor]] | None = None
 
 
 def _align(n: int) -> int:
@@ -96,25 +100,12 @@ def bind(packed: PackedModel, flat: torch.Tensor) -> None:
         for t, view in zip(packed.tensors, packed.host_views, strict=True):
             t.data = view
         return
-    if packed.tensors and packed.tensors[0].device == flat.device:
-        _set_storage(packed, flat)  # same device (the CPU arena): no view objects at all
+    if flat.device.type == "cpu":  # the CPU stand-in's arena (a region of one live buffer)
+        where = (flat.data_ptr(), flat.numel())
+        if packed.region_views is None or packed.region_views[0] != where:
+            packed.region_views = (where, views(packed, flat))
+        for t, view in zip(packed.tensors, packed.region_views[1], strict=True):
+            t.data = view
         return
     for t, view in zip(packed.tensors, views(packed, flat), strict=True):
         t.data = view
-
-
-def _set_storage(packed: PackedModel, flat: torch.Tensor) -> None:
-    """Re-point each tensor in place at its bytes of ``flat``'s storage (``Tensor.set_``)."""
-    storage, base = flat.untyped_storage(), flat.storage_offset()
-    with torch.no_grad():
-        for t, s in zip(packed.tensors, packed.slots, strict=True):
-            t.set_(storage, (base + s.offset) // t.element_size(), s.shape,
-                   _contiguous_strides(s.shape))
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
