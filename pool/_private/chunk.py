@@ -70,6 +70,7 @@ class Batch:
     inline_cpu_s: float | None = None  # the loop thread's CPU time in an inline batch
     error: BaseException | None = None
     keep: list = field(default_factory=list)  # staging buffers held until completion (CUDA)
+    loop: Any = None  # the event loop that launched it, where its completion is handled
     events: Any = None  # the batch's pooled (begin, done) events (CUDA)
 
 

@@ -40,7 +40,6 @@ class DeviceExecutor(ABC):
 
     def __init__(self, on_done: Callable[[Batch], None]) -> None:
         self._on_done = on_done
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.in_flight = 0
         self.launched = 0  # batches ever launched (status)
 
@@ -54,8 +53,7 @@ class DeviceExecutor(ABC):
 
     def launch(self, b: Batch) -> None:
         """Hand ``b`` to the device and return at once (event loop thread)."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+        b.loop = asyncio.get_running_loop()  # the completion comes back to the launching loop
         self.in_flight += 1
         self.launched += 1
         self._submit(b)
@@ -79,9 +77,9 @@ class DeviceExecutor(ABC):
         self._on_done(b)
 
     def _complete_threadsafe(self, b: Batch) -> None:
-        assert self._loop is not None
+        assert b.loop is not None
         try:
-            self._loop.call_soon_threadsafe(self._complete, b)
+            b.loop.call_soon_threadsafe(self._complete, b)
         except RuntimeError:  # the loop is closed: the worker is gone, nobody to answer
             pass
 
