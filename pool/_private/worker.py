@@ -80,6 +80,9 @@ def _policy(scheduler: str | SchedulingPolicy, device: DeviceSpec) -> Scheduling
     return get_scheduling_policy(scheduler)
 
 
+ExecutorFactory = Callable[[DeviceSpec, Residency, Callable[[Batch], None]], DeviceExecutor]
+
+
 def _executor(device: DeviceSpec, tiers: Residency, on_done: Callable[[Batch], None]
               ) -> DeviceExecutor:
     if device.kind == "cuda":
@@ -97,7 +100,9 @@ class DeviceWorker:
     raises ``asyncio.QueueFull``. A model's per-row cost estimate that no run has refreshed
     for ``estimate_ttl_s`` no longer refuses work: the next request runs and its measurement
     replaces the estimate (so one hang costs at most one slow run per TTL, instead of the model
-    being refused forever once its estimate exceeds its callers' budgets).
+    being refused forever once its estimate exceeds its callers' budgets). ``executor`` builds
+    the device's executor (default: a ``CudaExecutor`` on CUDA, a ``ThreadExecutor`` on CPU;
+    tests inject one that completes batches on demand).
     """
 
     def __init__(
@@ -110,6 +115,7 @@ class DeviceWorker:
         memory: DeviceMemory | None = None,
         max_queue: int = 100_000,
         estimate_ttl_s: float = 2.0,
+        executor: ExecutorFactory | None = None,
     ) -> None:
         if estimate_ttl_s <= 0:
             raise ValueError(f"estimate_ttl_s must be > 0, got {estimate_ttl_s}")
@@ -119,7 +125,7 @@ class DeviceWorker:
         self.policy = _policy(scheduler, device)
         self.tiers = Residency(device, memory=memory, eviction=eviction, clock=clock)
         self.batches = BatchBuilder(device, self.tiers)
-        self.executor = _executor(device, self.tiers, self._completed)
+        self.executor = (executor or _executor)(device, self.tiers, self._completed)
         self.queues = QueueState(max_queue, device.label)
         self._closed = False
         self._pumping = False
