@@ -11,7 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Env", "check", "linear_stack", "log", "model_bytes", "pct", "skipped"]
+from pool.config import ModelConfig
+
+__all__ = ["Env", "check", "config", "linear_stack", "log", "model_bytes", "pct", "skipped"]
 
 NO_CUDA = "no CUDA: torch.cuda.is_available() is False (this is a CUDA-only path)"
 
@@ -44,6 +46,13 @@ class Env:
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
+
+
+def config(name: str, width: int) -> ModelConfig:
+    """The config of a ``linear_stack`` model of this width (one FP32 input and output)."""
+    return ModelConfig(name=name, inputs=[{"name": "x", "dtype": "FP32", "shape": [width]}],
+                       outputs=[{"name": "y", "dtype": "FP32", "shape": [width]}],
+                       max_batch_size=64, batch_wait_ms=0)
 
 
 def check(passed: bool, reason: str, **detail: object) -> dict:

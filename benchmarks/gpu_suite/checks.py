@@ -13,25 +13,28 @@ from functools import partial
 
 import torch
 
-from benchmarks.gpu_suite._env import Env, check, linear_stack, log, model_bytes, skipped
+from benchmarks.gpu_suite._env import (
+    Env,
+    check,
+    config,
+    linear_stack,
+    log,
+    model_bytes,
+    skipped,
+)
+from benchmarks.gpu_suite.checks_executor import serving_loop_no_sync
+from benchmarks.gpu_suite.checks_memory import no_leak, oom_evict_retry
 from policies.priority import Priority
 from pool._private.device_memory import CudaMemory
 from pool._private.residency import Residency
 from pool._private.worker import DeviceWorker, ModelKey
-from pool.config import ModelConfig
 from pool.device import DeviceSpec
 
-__all__ = ["CUDA_RESERVE", "config", "run_checks"]
+__all__ = ["CUDA_RESERVE", "run_checks"]
 
 I = Priority.INTERACTIVE
 # the suite's activation reserve on CUDA; NVML and torch must agree within it
 CUDA_RESERVE = 2 << 30
-
-
-def config(name: str, width: int) -> ModelConfig:
-    return ModelConfig(name=name, inputs=[{"name": "x", "dtype": "FP32", "shape": [width]}],
-                       outputs=[{"name": "y", "dtype": "FP32", "shape": [width]}],
-                       max_batch_size=64, batch_wait_ms=0)
 
 
 def _spec(env: Env, budget: int) -> DeviceSpec:
@@ -198,9 +201,6 @@ CheckFn = Callable[[Env], Awaitable[dict]]
 
 async def run_checks(env: Env, extra: dict[str, CheckFn] | None = None) -> dict[str, dict]:
     """Every check in order; a check that raises fails with the exception as its reason."""
-    from benchmarks.gpu_suite.checks_executor import serving_loop_no_sync
-    from benchmarks.gpu_suite.checks_memory import no_leak, oom_evict_retry
-
     order: dict[str, CheckFn] = {
         "host_tier_pinned": host_tier_pinned,
         "copy_stream_event_no_device_sync": copy_stream_event,

@@ -18,8 +18,7 @@ from functools import partial
 
 import torch
 
-from benchmarks.gpu_suite._env import Env, check, linear_stack, model_bytes
-from benchmarks.gpu_suite.checks import config
+from benchmarks.gpu_suite._env import Env, check, config, linear_stack, model_bytes
 from policies.priority import Priority
 from pool._private.worker import DeviceWorker, ModelKey
 from pool.device import DeviceSpec

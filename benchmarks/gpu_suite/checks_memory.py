@@ -11,8 +11,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from benchmarks.gpu_suite._env import Env, check, linear_stack, model_bytes
-from benchmarks.gpu_suite.checks import config
+from benchmarks.gpu_suite._env import Env, check, config, linear_stack, model_bytes
 from pool import ModelKey
 from pool._private.device_memory import ArenaMemory
 from pool._private.worker import DeviceWorker

@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 from benchmarks.colocation import zipf_weights
-from benchmarks.gpu_suite._env import Env, linear_stack, log, model_bytes
-from benchmarks.gpu_suite.checks import config
+from benchmarks.gpu_suite._env import Env, config, linear_stack, log, model_bytes
 from benchmarks.gpu_suite.colocation_arms import (
     CountLru,
     Loader,

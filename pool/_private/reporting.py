@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from policies.priority import PRIORITIES
-from pool.types import DeviceCounters
+from pool._private.queue import QueueState
+from pool._private.residency import Residency
+from pool.device import DeviceSpec
+from pool.types import DeviceCounters, RoutingStats
 
-if TYPE_CHECKING:
-    from pool._private.worker import DeviceWorker
-
-__all__ = ["worker_counters", "worker_status"]
+__all__ = ["ReportedWorker", "worker_counters", "worker_status"]
 
 
-def worker_counters(w: DeviceWorker) -> DeviceCounters:
+class ReportedWorker(Protocol):
+    """What the reports read of a worker (``DeviceWorker`` is one; no import of it here)."""
+
+    device: DeviceSpec
+    tiers: Residency
+    queues: QueueState
+    incarnation: str
+    preemptions: int
+    preempted_by: list[int]
+    expired: int
+    chunks: int
+    inline_chunks: int
+
+    @property
+    def policy_name(self) -> str: ...
+
+    @property
+    def pace_factor(self) -> float: ...
+
+    def routing_stats(self) -> RoutingStats: ...
+
+
+def worker_counters(w: ReportedWorker) -> DeviceCounters:
     """Cumulative counters and current gauges (``DeviceCounters``) for metrics and alerts."""
     stats = w.routing_stats()
     s, mem = w.tiers.stats, w.tiers.memory
@@ -29,7 +51,7 @@ def worker_counters(w: DeviceWorker) -> DeviceCounters:
         hosted=tuple(sorted(stats.hosted)))
 
 
-def worker_status(w: DeviceWorker) -> dict[str, Any]:
+def worker_status(w: ReportedWorker) -> dict[str, Any]:
     """Resident and host-tier models, queue depths, swaps, preemptions, memory."""
     stats = w.routing_stats()
     s = w.tiers.stats
@@ -37,8 +59,8 @@ def worker_status(w: DeviceWorker) -> dict[str, Any]:
     return {
         "device": w.device.label,
         "replica": w.incarnation,
-        "scheduler": w.policy.name,
-        "pace": w.pace.factor,
+        "scheduler": w.policy_name,
+        "pace": w.pace_factor,
         "models": sorted(w.queues.by_name),
         "resident": sorted(stats.resident),
         "resident_bytes": {k: w.tiers.nbytes(k) for k in sorted(stats.resident)},

@@ -254,6 +254,14 @@ class DeviceWorker:
             row_cost_s={m.key: m.row_cost_s for m in models if m.row_cost_s > 0},
         )
 
+    @property
+    def policy_name(self) -> str:
+        return self.policy.name
+
+    @property
+    def pace_factor(self) -> float:
+        return self.pace.factor
+
     def counters(self) -> DeviceCounters:
         """Cumulative counters and current gauges (``DeviceCounters``) for metrics and alerts."""
         return worker_counters(self)
