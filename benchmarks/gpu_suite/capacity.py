@@ -67,9 +67,9 @@ def zoos(env: Env) -> list[Zoo]:
                 Zoo("1000x2MiB_10x", 1000, 512, 2, 10.0, 100, 1.5, 100, 1.0)]
     if env.quick:
         return [Zoo("30xtiny", 30, 32, 2, 3.0, 20, 0.5, 250, 0.5, doublings=2, bisections=0)]
-    return [Zoo("60xsmall", 60, 64, 2, 3.0, 25, 1.0, 250, 0.5, doublings=4, bisections=1),
-            Zoo("20xlarger", 20, 256, 4, 3.2, 25, 1.0, 250, 0.5, doublings=4, bisections=1),
-            Zoo("200xsmall_10x", 200, 64, 2, 10.0, 25, 1.0, 250, 0.5, doublings=4,
+    return [Zoo("60xsmall", 60, 64, 2, 3.0, 25, 1.0, 250, 0.5, doublings=7, bisections=1),
+            Zoo("20xlarger", 20, 256, 4, 3.2, 25, 1.0, 250, 0.5, doublings=7, bisections=1),
+            Zoo("200xsmall_10x", 200, 64, 2, 10.0, 25, 1.0, 250, 0.5, doublings=7,
                 bisections=1)]
 
 
