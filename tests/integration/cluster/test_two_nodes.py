@@ -32,8 +32,10 @@ import pytest
 import yaml
 
 from tests.integration.alerting.receiver import start_receiver
-from tests.integration.app.appkit import API_KEY, RedisServer, free_port, iris_rows, v2_body
+from tests.integration.app.appkit import API_KEY, iris_rows, v2_body
 from tests.integration.cluster.raycluster import LocalRayCluster
+from tests.support.ports import free_port
+from tests.support.redis import RedisServer, redis_binary_or_skip
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE, BURST = 10.0, 2
@@ -85,13 +87,11 @@ def _config(repo: Path, http_port: int, redis_url: str, hook: str, state: Path) 
 
 @pytest.fixture(scope="module")
 def cluster(demo_repo_master, tmp_path_factory):
-    if shutil.which("redis-server") is None:
-        pytest.skip("needs redis-server (apt-get install redis-server)")
+    binary = redis_binary_or_skip("the cluster's quotas need a private Redis the test stops")
     state = tmp_path_factory.mktemp("cluster")
     repo = state / "repo"  # the shared path: every node reads this absolute folder
     shutil.copytree(demo_repo_master, repo)
-    redis = RedisServer(shutil.which("redis-server"))  # type: ignore[arg-type]
-    redis.start()
+    redis = RedisServer(binary).start()
     receiver = start_receiver()
     http_port = free_port()
     cfg_path = state / "serve.yaml"

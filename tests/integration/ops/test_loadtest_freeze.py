@@ -28,7 +28,7 @@ from deploy.loadtest._private.nullserver import null_server
 from deploy.loadtest._private.plan import build_plan
 from deploy.loadtest._private.stats import summarize_run
 from deploy.loadtest._private.workers import run_http
-from tests.integration.ops.conftest import raw_config
+from tests.support.loadtest import raw_config
 
 DELAY_MS = 5.0
 _AROUND_STOP_S = 0.003

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from deploy.demo_traffic import run_traffic
-from tests.conftest import SMALL_DEMO, free_port
 from tests.integration.ops.cdp import Browser
 from tests.integration.ops.operator_app import (
     API_KEY,
@@ -33,13 +32,14 @@ from tests.integration.ops.operator_app import (
     start_prometheus,
     stop_app,
 )
+from tests.support.demo import SMALL_DEMO
+from tests.support.ports import free_port
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "timeshare.json"
 
 
 @pytest.fixture(scope="module")
 def operator_app(demo_repo_master, tmp_path_factory) -> Iterator[OperatorApp]:
-    pytest.importorskip("ray")
     root = tmp_path_factory.mktemp("operator")
     shutil.copytree(demo_repo_master, root / "repo")
     app = start_app(root / "repo", root, (free_port(), free_port(), free_port()))

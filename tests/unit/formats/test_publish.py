@@ -193,7 +193,7 @@ async def test_cli_push_and_retire_over_real_http(app, client, repo, exported_ma
     import uvicorn
 
     from deploy.models_cli import push_main, retire_main
-    from tests.conftest import free_port
+    from tests.support.ports import free_port
 
     folder = tmp_path / "cli-pub"
     folder.mkdir()

@@ -19,7 +19,7 @@ from deploy.demo_data import load_splits
 from router.ingress import Ingress
 from router.routes import load_routes
 from router.settings import load_settings
-from tests.conftest import SMALL_DEMO
+from tests.support.demo import SMALL_DEMO
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY = "admin-key"

@@ -1,0 +1,44 @@
+"""A real ``DeviceWorker`` that also keeps what each request handed it.
+
+The contract tests read it to see, at the worker, what the request path delivered: the model
+and version (the key), the priority class and the absolute deadline.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from policies.priority import Priority
+from pool._private.worker import DeviceWorker
+from pool.types import ModelKey, WorkResult
+
+__all__ = ["Handed", "RecordingWorker"]
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """One ``infer`` call as the worker received it; ``at`` is the worker's clock then."""
+
+    key: ModelKey
+    priority: Priority
+    deadline: float | None
+    at: float
+    rows: int
+
+
+class RecordingWorker(DeviceWorker):
+    """``DeviceWorker`` unchanged, plus ``handed``: the last 256 ``infer`` calls (bounded)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handed: deque[Handed] = deque(maxlen=256)
+
+    async def infer(self, key: ModelKey, inputs: Mapping[str, Any], *,
+                    priority: Priority = Priority.INTERACTIVE,
+                    deadline: float | None = None) -> WorkResult:
+        rows = len(next(iter(inputs.values()))) if inputs else 0
+        self.handed.append(Handed(key, priority, deadline, self._clock(), rows))
+        return await super().infer(key, inputs, priority=priority, deadline=deadline)
