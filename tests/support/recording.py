@@ -30,15 +30,23 @@ class Handed:
 
 
 class RecordingWorker(DeviceWorker):
-    """``DeviceWorker`` unchanged, plus ``handed``: the last 256 ``infer`` calls (bounded)."""
+    """``DeviceWorker`` unchanged, plus ``handed``: the last 256 ``infer`` calls (bounded),
+    and ``calls``: how many there were in all."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handed: deque[Handed] = deque(maxlen=256)
+        self.calls = 0
+
+    def since(self, calls: int) -> list[Handed]:
+        """The calls after the first ``calls`` (at most the last 256)."""
+        n = self.calls - calls
+        return list(self.handed)[-n:] if n > 0 else []
 
     async def infer(self, key: ModelKey, inputs: Mapping[str, Any], *,
                     priority: Priority = Priority.INTERACTIVE,
                     deadline: float | None = None) -> WorkResult:
         rows = len(next(iter(inputs.values()))) if inputs else 0
         self.handed.append(Handed(key, priority, deadline, self._clock(), rows))
+        self.calls += 1
         return await super().infer(key, inputs, priority=priority, deadline=deadline)
