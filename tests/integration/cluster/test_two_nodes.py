@@ -232,7 +232,7 @@ class _Traffic:
 def test_worker_node_lost_under_load_and_back(cluster) -> None:
     c: LocalRayCluster = cluster["cluster"]
     with _Traffic(cluster["url"]) as traffic:
-        time.sleep(2.0)
+        c._wait(lambda: traffic.count()["model"] > 0, 60, "model answers before the loss")
         before = traffic.count()
         assert before["model"] > 0, before  # the pool on the worker node serves the shared repo
         killed_at = time.monotonic()
