@@ -18,7 +18,11 @@ from router.ingress import Ingress
 from router.settings import load_settings
 from tests.support.recording import RecordingWorker
 
-__all__ = ["start_ingress", "stop_ingress", "worker_of"]
+__all__ = ["ADMIN_KEY", "API_KEY", "CALLER_KEYS", "start_ingress", "stop_ingress", "worker_of"]
+
+API_KEY = "test-key"  # the operator key of the app on a local Ray Serve (integration tests)
+ADMIN_KEY = "admin-key"  # the operator key of the in-process app (unit tests)
+CALLER_KEYS = {"key-finance": "team-finance", "key-search": "team-search"}
 
 
 async def start_ingress(settings: dict[str, Any], *, ready: tuple[str, ...] = (),

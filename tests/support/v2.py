@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PIXELS", "digits_body"]
+import numpy as np
+
+__all__ = ["PIXELS", "digits_body", "iris_rows", "v2_body"]
 
 PIXELS = [0.0] * 64
 
@@ -19,3 +21,18 @@ def digits_body(data: list | None = None, shape: tuple[int, ...] = (1, 64), data
     if params:
         doc["parameters"] = params
     return doc
+
+
+def iris_rows(n: int = 1, control: float | None = None) -> np.ndarray:
+    x = np.tile(np.array([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32), (n, 1))
+    if control is not None:
+        x[0, 0] = control
+    return x
+
+
+def v2_body(name: str, x: np.ndarray, **params: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"inputs": [{"name": name, "shape": list(x.shape),
+                                        "datatype": "FP32", "data": x.reshape(-1).tolist()}]}
+    if params:
+        body["parameters"] = params
+    return body

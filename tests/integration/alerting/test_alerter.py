@@ -13,7 +13,7 @@ from alerting.clock import FakeClock, SystemClock
 from alerting.config import load_config
 from alerting.events import Alert
 from alerting.telemetry import Telemetry
-from tests.integration.alerting.receiver import Receiver, dead_url
+from tests.support.receiver import Receiver, dead_url
 from tests.support.redis import RedisServer
 
 T0 = 1_700_000_000.0

@@ -18,8 +18,8 @@ from alerting.config import ChannelConfig
 from alerting.delivery import Channel
 from alerting.events import Alert
 from alerting.notification import Notification
-from tests.integration.alerting.receiver import Receiver, dead_url
 from tests.support.clocks import FakeClock as SettableClock
+from tests.support.receiver import Receiver, dead_url
 
 T0 = 1_700_000_000.0
 _ADAPTER = TypeAdapter(ChannelConfig)

@@ -7,7 +7,7 @@ import time
 from ray import serve
 
 from alerting.events import Alert
-from tests.integration.alerting.receiver import Receiver
+from tests.support.receiver import Receiver
 
 
 def test_submit_through_a_handle_reaches_the_receiver(receiver: Receiver) -> None:

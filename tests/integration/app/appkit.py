@@ -9,12 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import yaml
 
 from tests.support.redis import RedisServer
-
-API_KEY = "test-key"
 
 
 def make_chaos_model(repo: Path, name: str, *, fallback: list[dict] | None = None,
@@ -31,21 +28,6 @@ def make_chaos_model(repo: Path, name: str, *, fallback: list[dict] | None = Non
 
 
 HANG, FAIL = -1000.0, -2000.0
-
-
-def iris_rows(n: int = 1, control: float | None = None) -> np.ndarray:
-    x = np.tile(np.array([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32), (n, 1))
-    if control is not None:
-        x[0, 0] = control
-    return x
-
-
-def v2_body(name: str, x: np.ndarray, **params: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"inputs": [{"name": name, "shape": list(x.shape),
-                                        "datatype": "FP32", "data": x.reshape(-1).tolist()}]}
-    if params:
-        body["parameters"] = params
-    return body
 
 
 @dataclass

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from deploy.ray_env import THREAD_ENV
-from tests.integration.alerting.receiver import start_receiver
-from tests.integration.app.appkit import API_KEY, App, make_chaos_model
+from tests.integration.app.appkit import App, make_chaos_model
+from tests.support.app import API_KEY
 from tests.support.ports import free_port
+from tests.support.receiver import start_receiver
 from tests.support.redis import RedisServer, redis_binary
 
 ROUTES = [

@@ -14,7 +14,9 @@ from datetime import datetime
 
 import httpx
 
-from tests.integration.app.appkit import API_KEY, FAIL, iris_rows, v2_body
+from tests.integration.app.appkit import FAIL
+from tests.support.app import API_KEY
+from tests.support.v2 import iris_rows, v2_body
 
 MODEL = "chaos-alert"
 RULE = "TimeshareErrorRate"

@@ -31,11 +31,12 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.integration.alerting.receiver import start_receiver
-from tests.integration.app.appkit import API_KEY, iris_rows, v2_body
 from tests.integration.cluster.raycluster import LocalRayCluster
+from tests.support.app import API_KEY
 from tests.support.ports import free_port
+from tests.support.receiver import start_receiver
 from tests.support.redis import RedisServer, redis_binary_or_skip
+from tests.support.v2 import iris_rows, v2_body
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE, BURST = 10.0, 2

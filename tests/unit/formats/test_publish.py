@@ -17,7 +17,7 @@ import yaml
 
 from router.ingress import Ingress
 from router.settings import load_settings
-from tests.unit.formats.kit import config_dict, small_cnn
+from tests.support.formats import config_dict, small_cnn
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest_asyncio
 
-from tests.support.app import start_ingress, stop_ingress
+from tests.support.app import ADMIN_KEY, CALLER_KEYS, start_ingress, stop_ingress
 from tests.support.demo import SMALL_DEMO
 
-ADMIN_KEY = "admin-key"
-CALLER_KEYS = {"key-finance": "team-finance", "key-search": "team-search"}
 ROUTES = [{"name": "digits", "strategy": "cascade", "cheap": "digits-small",
            "expensive": "digits-large", "threshold": 0.9, "spill": "cheap"}]
 

@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
+from tests.support.app import ADMIN_KEY
 from tests.support.errors import assert_error
 from tests.support.v2 import digits_body as body
-from tests.unit.http.conftest import ADMIN_KEY
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 
