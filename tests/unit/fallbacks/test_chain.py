@@ -25,6 +25,7 @@ from fallbacks.rules import RuleConfigError
 from pool.config import FallbackStep
 from pool.errors import RequestExpired
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
+from tests.support.clocks import FakeClock
 
 
 class FakeExecutor(ModelExecutor):
@@ -206,7 +207,10 @@ async def test_open_breaker_skips_the_step_and_timeouts_feed_it():
     ex = FakeExecutor({("big", "gpu"): "hang"})
     r = runner(ex, breakers=reg)
     for _ in range(2):
-        res = await r.run(REQ, deadline=Deadline.after_ms(30), chain=CHAIN, primary=Target("big"))
+        # On a frozen clock the 30 ms deadline cannot pass before the call (a loaded machine
+        # made that "expired"); the hang is still abandoned at its real budget: a timeout.
+        frozen = Deadline.after_ms(30, clock=FakeClock())
+        res = await r.run(REQ, deadline=frozen, chain=CHAIN, primary=Target("big"))
         assert res.reason == "timeout"
     assert reg.get("big", "gpu").state is BreakerState.OPEN
     ex.calls.clear()
