@@ -1,6 +1,7 @@
 """The real app in-process: the ingress's class built without a Ray cluster, over a real
 pipeline and its in-ingress CPU pool (``cpu_pool.placement: ingress``), on a
-``RecordingWorker`` so that tests can see what reached the worker.
+``RecordingHost`` over a ``RecordingWorker``, so that tests can see what reached the pool and
+the worker.
 
 Used by every unit test that needs the whole app (HTTP through httpx's ASGI transport, the
 handle methods called directly).
@@ -16,9 +17,10 @@ import pytest
 import pool.service
 from router.ingress import Ingress
 from router.settings import load_settings
-from tests.support.recording import RecordingWorker
+from tests.support.recording import RecordingHost, RecordingWorker
 
-__all__ = ["ADMIN_KEY", "API_KEY", "CALLER_KEYS", "start_ingress", "stop_ingress", "worker_of"]
+__all__ = ["ADMIN_KEY", "API_KEY", "CALLER_KEYS", "host_of", "start_ingress", "stop_ingress",
+           "worker_of"]
 
 API_KEY = "test-key"  # the operator key of the app on a local Ray Serve (integration tests)
 ADMIN_KEY = "admin-key"  # the operator key of the in-process app (unit tests)
@@ -34,6 +36,7 @@ async def start_ingress(settings: dict[str, Any], *, ready: tuple[str, ...] = ()
     ing = cls.__new__(cls)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pool.service, "DeviceWorker", RecordingWorker)  # the local pool's worker
+        mp.setattr(pool.service, "ModelHost", RecordingHost)  # and its host
         await ing.__init__(load_settings(settings), {}, None)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -59,3 +62,10 @@ def worker_of(ing: Any) -> RecordingWorker:
     worker = ing._local.host.worker
     assert isinstance(worker, RecordingWorker), type(worker)
     return worker
+
+
+def host_of(ing: Any) -> RecordingHost:
+    """The in-ingress CPU pool's host."""
+    host = ing._local.host
+    assert isinstance(host, RecordingHost), type(host)
+    return host

@@ -13,9 +13,11 @@ from typing import Any
 
 from policies.priority import Priority
 from pool._private.worker import DeviceWorker
+from pool.host import ModelHost
 from pool.types import ModelKey, WorkResult
+from pool.work import PoolReply, PoolWork
 
-__all__ = ["Handed", "RecordingWorker"]
+__all__ = ["Handed", "RecordingHost", "RecordingWorker"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +52,23 @@ class RecordingWorker(DeviceWorker):
         self.handed.append(Handed(key, priority, deadline, self._clock(), rows))
         self.calls += 1
         return await super().infer(key, inputs, priority=priority, deadline=deadline)
+
+
+class RecordingHost(ModelHost):
+    """``ModelHost`` unchanged, plus ``works``: the last 256 ``PoolWork`` it was asked to run
+    (what crossed into the pool: caller and request id included), and ``runs`` in all."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.works: deque[PoolWork] = deque(maxlen=256)
+        self.runs = 0
+
+    def since(self, runs: int) -> list[PoolWork]:
+        """The works after the first ``runs`` (at most the last 256)."""
+        n = self.runs - runs
+        return list(self.works)[-n:] if n > 0 else []
+
+    async def run(self, work: PoolWork, **kwargs: Any) -> PoolReply:
+        self.works.append(work)
+        self.runs += 1
+        return await super().run(work, **kwargs)

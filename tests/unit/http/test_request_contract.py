@@ -2,8 +2,9 @@
 
 Through the real app in-process (edge, v2 decoding, ingress, pipeline, cache, chain, the pool's
 host) to the real ``DeviceWorker`` (``tests.support.recording.RecordingWorker``): over HTTP and
-over the handle methods, a request's priority class, deadline, caller, model and version arrive
-at the worker as sent, and the call log's line for it carries them back.
+over the handle methods, a request's priority class, caller, request id, model and version
+cross into the pool as sent (the host's ``PoolWork``), its priority, deadline, model and version
+reach the worker as sent, and the call log's line for it carries them back.
 
 Every priority class is sent, so forcing any one class anywhere on the way (the pipeline's
 ``PoolWork``, the host's ``worker.infer``) fails here.
@@ -20,7 +21,7 @@ import pytest
 
 from policies.priority import Priority
 from router.schemas import CacheControl, InferenceRequest
-from tests.support.app import worker_of
+from tests.support.app import host_of, worker_of
 from tests.support.recording import Handed
 from tests.support.v2 import digits_body
 
@@ -43,6 +44,13 @@ def _only_call(worker, before: int) -> Handed:
     handed = worker.since(before)
     assert len(handed) == 1, handed  # one request, one call at the worker
     return handed[0]
+
+
+def _assert_crossed(host, before: int, priority: Priority, caller: str, request_id: str) -> None:
+    """The one PoolWork the pool's host got for the request carries what the request said."""
+    (work,) = host.since(before)
+    assert (work.model, work.version, work.priority) == (MODEL, VERSION, priority), work
+    assert (work.caller, work.request_id) == (caller, request_id), work
 
 
 def _assert_arrived(h: Handed, priority: Priority, deadline_ms: float) -> None:
@@ -78,8 +86,8 @@ def _assert_logged(doc: dict, priority: Priority, caller: str) -> None:
 @pytest.mark.parametrize("key", sorted(CALLERS))
 async def test_over_http_the_worker_sees_what_was_sent(client, ingress, priority, deadline_ms,
                                                         key):
-    worker = worker_of(ingress)
-    before = worker.calls
+    worker, host = worker_of(ingress), host_of(ingress)
+    before, runs = worker.calls, host.runs
     rid = f"contract-http-{priority.label}-{key}"
     r = await client.post(
         f"/v2/models/{MODEL}/versions/{VERSION}/infer",
@@ -88,6 +96,7 @@ async def test_over_http_the_worker_sees_what_was_sent(client, ingress, priority
         headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     assert r.json()["id"] == rid
+    _assert_crossed(host, runs, priority, CALLERS[key], rid)
     _assert_arrived(_only_call(worker, before), priority, deadline_ms)
     doc = await _call_log_line(Path(ingress.settings.call_log.path), rid)
     _assert_logged(doc, priority, CALLERS[key])
@@ -97,8 +106,8 @@ async def test_over_http_the_worker_sees_what_was_sent(client, ingress, priority
 @pytest.mark.parametrize("key", sorted(CALLERS))
 async def test_over_the_handle_the_worker_sees_what_was_sent(ingress, priority, deadline_ms,
                                                               key):
-    worker = worker_of(ingress)
-    before = worker.calls
+    worker, host = worker_of(ingress), host_of(ingress)
+    before, runs = worker.calls, host.runs
     req = InferenceRequest(model=MODEL, version=VERSION, inputs={"pixels": _pixels(7)},
                            priority=priority, deadline_ms=deadline_ms, caller=CALLERS[key],
                            caller_key=key, cache=CacheControl(skip_read=True),
@@ -106,6 +115,7 @@ async def test_over_the_handle_the_worker_sees_what_was_sent(ingress, priority, 
     resp = await ingress.infer(req)
     assert (resp.model, resp.version, resp.degraded) == (MODEL, VERSION, False)
     assert (resp.caller, resp.caller_verified) == (CALLERS[key], True)
+    _assert_crossed(host, runs, priority, CALLERS[key], req.request_id)
     _assert_arrived(_only_call(worker, before), priority, deadline_ms)
     doc = await _call_log_line(Path(ingress.settings.call_log.path), req.request_id)
     _assert_logged(doc, priority, CALLERS[key])
