@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-import socket
-import subprocess
-import time
+import uuid
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
-SMALL_DEMO = ["digits-small", "digits-large", "iris-mlp1x16", "iris-mlp1x64", "iris-mlp2x16"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.demo import SMALL_DEMO
+from tests.support.redis import RedisServer, redis_binary_or_skip, redis_ping
 
 
 @pytest.fixture(scope="session")
@@ -37,38 +32,52 @@ def demo_repo(demo_repo_master, tmp_path) -> Path:
     return dst
 
 
-def _redis_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def redis_url():
-    """URL of a real Redis server: the local one on 6379, else one started here.
+    """URL of a real Redis server, the one way a test reaches a shared Redis: the one at
+    ``TIMESHARE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) when it answers, else a
+    private ``redis-server`` started here for the session.
 
-    Skips (saying why) only when no server runs and no ``redis-server`` binary is installed.
+    Skips (saying why) only when no server answers and no ``redis-server`` binary is installed.
+    Tests write under their own key prefix and never flush the database.
     """
-    if _redis_ping(6379):
-        yield "redis://127.0.0.1:6379/0"
+    url = os.environ.get("TIMESHARE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    parsed = urlparse(url)
+    if redis_ping(parsed.port or 6379, parsed.hostname or "127.0.0.1"):
+        yield url
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("needs Redis: nothing answers on 127.0.0.1:6379 and no redis-server binary "
-                    "is installed (apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    for _ in range(100):
-        if _redis_ping(port):
-            break
-        time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(10)
+    server = RedisServer(redis_binary_or_skip(f"nothing answers at {url}")).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_redis():
+    """A private ``redis-server``, started, that this test may kill and restart
+    (``.stop()``/``.start()``, same port)."""
+    server = RedisServer(redis_binary_or_skip("a private Redis is needed")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_server():
+    """A private ``redis-server``, not started: for a test that first sees Redis absent."""
+    server = RedisServer(redis_binary_or_skip("a private Redis is needed"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A key prefix of this test's own in the shared Redis."""
+    return f"ts:test:{uuid.uuid4().hex[:8]}:"
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.alerting.receiver import Receiver, start_receiver
+from tests.support.receiver import Receiver, start_receiver
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import uuid
 from typing import Any
 
 import pytest
@@ -15,11 +13,10 @@ from alerting.clock import FakeClock, SystemClock
 from alerting.config import load_config
 from alerting.events import Alert
 from alerting.telemetry import Telemetry
-from tests.integration.alerting.receiver import Receiver, dead_url
-from tests.integration.app.appkit import RedisServer
+from tests.support.receiver import Receiver, dead_url
+from tests.support.redis import RedisServer
 
 T0 = 1_700_000_000.0
-REDIS_URL = "redis://127.0.0.1:6379/0"
 FAST = {"channel_options": {"sleep": lambda s: asyncio.sleep(0)}}  # retries without real sleeps
 
 
@@ -201,14 +198,6 @@ async def test_background_loop_delivers_with_real_clock(receiver: Receiver) -> N
     await alerter.stop()
 
 
-def _redis_or_skip() -> None:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping()
-    except redis.RedisError as e:
-        where = shutil.which("redis-server") or "no redis-server binary on PATH"
-        pytest.skip(f"needs a Redis server at {REDIS_URL} ({where}): {e}")
-
-
 async def restarted(cfg, clock: FakeClock) -> Alerter:
     """A restarted replica: an empty engine, its state loaded from Redis."""
     alerter = Alerter(cfg, clock=clock)
@@ -218,11 +207,11 @@ async def restarted(cfg, clock: FakeClock) -> Alerter:
 
 
 @pytest.mark.redis
-async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> None:
-    _redis_or_skip()
-    prefix = f"timeshare:test:{uuid.uuid4().hex}"
+async def test_restart_does_not_repage_with_redis_state(receiver: Receiver, redis_url: str,
+                                                        key_prefix: str) -> None:
+    prefix = key_prefix.rstrip(":")
     clock = FakeClock(T0)
-    cfg = config("prod", receiver.base, redis_url=REDIS_URL, state_prefix=prefix)
+    cfg = config("prod", receiver.base, redis_url=redis_url, state_prefix=prefix)
     try:
         first = Alerter(cfg, clock=clock)
         await first.start()
@@ -251,7 +240,7 @@ async def test_restart_does_not_repage_with_redis_state(receiver: Receiver) -> N
         assert [r.body["event_action"] for r in receiver.at("/pd")] == ["trigger", "resolve"]
         await third.stop()
     finally:
-        r = redis.Redis.from_url(REDIS_URL)
+        r = redis.Redis.from_url(redis_url)
         keys = list(r.scan_iter(match=f"{prefix}:*"))
         if keys:
             r.delete(*keys)
@@ -269,13 +258,11 @@ async def test_unreachable_redis_falls_back_to_memory(receiver: Receiver) -> Non
     await alerter.stop()
 
 
-async def test_redis_back_after_a_failed_start_gets_the_state(receiver: Receiver) -> None:
+async def test_redis_back_after_a_failed_start_gets_the_state(receiver: Receiver,
+                                                              redis_server: RedisServer) -> None:
     """A replica that started while Redis was away keeps retrying; once Redis is back, what it
     decided meanwhile is written there, so the next restart does not re-page."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("needs the redis-server binary to start a private Redis")
-    server = RedisServer(binary)  # not started yet: the first load finds nothing listening
+    server = redis_server  # not started yet: the first load finds nothing listening
     clock = FakeClock(T0)
     cfg = config("prod", receiver.base, redis_url=server.url, state_prefix="ts:test:retry")
     first = Alerter(cfg, clock=clock)

@@ -18,25 +18,26 @@ from alerting.config import ChannelConfig
 from alerting.delivery import Channel
 from alerting.events import Alert
 from alerting.notification import Notification
-from tests.integration.alerting.receiver import Receiver, dead_url
+from tests.support.clocks import FakeClock as SettableClock
+from tests.support.receiver import Receiver, dead_url
 
 T0 = 1_700_000_000.0
 _ADAPTER = TypeAdapter(ChannelConfig)
 
 
-class FakeTime:
-    """Removes sleeps: records each requested delay and advances a fake monotonic clock."""
+class FakeTime(SettableClock):
+    """Removes sleeps: records each requested delay and advances the fake monotonic clock."""
 
     def __init__(self) -> None:
-        self.t = 0.0
+        super().__init__(0.0)
         self.sleeps: list[float] = []
 
     def monotonic(self) -> float:
-        return self.t
+        return self()
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(round(seconds, 6))
-        self.t += seconds
+        self.advance(seconds)
         await asyncio.sleep(0)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from alerting.cli import alerts_test
-from tests.integration.alerting.receiver import Receiver
+from tests.support.receiver import Receiver
 
 
 def write_config(tmp_path: Path, receiver: Receiver, env: str = "prod") -> Path:

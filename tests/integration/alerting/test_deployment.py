@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
+from ray import serve
 
 from alerting.events import Alert
-from tests.integration.alerting.receiver import Receiver
-
-serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
+from tests.support.receiver import Receiver
 
 
 def test_submit_through_a_handle_reaches_the_receiver(receiver: Receiver) -> None:

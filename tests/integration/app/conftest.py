@@ -15,8 +15,11 @@ import httpx
 import pytest
 
 from deploy.ray_env import THREAD_ENV
-from tests.integration.alerting.receiver import start_receiver
-from tests.integration.app.appkit import API_KEY, App, RedisServer, free_port, make_chaos_model
+from tests.integration.app.appkit import App, make_chaos_model
+from tests.support.app import API_KEY
+from tests.support.ports import free_port
+from tests.support.receiver import start_receiver
+from tests.support.redis import RedisServer, redis_binary
 
 ROUTES = [
     {"name": "digits", "strategy": "cascade", "cheap": "digits-small",
@@ -50,7 +53,7 @@ def _alerting(receiver_url: str) -> dict:
 
 @pytest.fixture(scope="session")
 def app(demo_repo_master, tmp_path_factory):
-    ray = pytest.importorskip("ray")
+    import ray
     from ray import serve
 
     from router.app import build_app
@@ -65,7 +68,7 @@ def app(demo_repo_master, tmp_path_factory):
         {"kind": "default", "outputs": {"logits": [[0.0, 0.0, 0.0]]}}])
     make_chaos_model(repo, "chaos-fail", fallback=[{"kind": "model", "model": "iris-mlp1x16"}])
     make_chaos_model(repo, "chaos-alert")  # no fallback: its failures are errors
-    redis_bin = shutil.which("redis-server")
+    redis_bin = redis_binary()
     redis = RedisServer(redis_bin) if redis_bin else None
     if redis:
         redis.start()

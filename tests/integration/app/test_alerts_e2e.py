@@ -14,7 +14,9 @@ from datetime import datetime
 
 import httpx
 
-from tests.integration.app.appkit import API_KEY, FAIL, iris_rows, v2_body
+from tests.integration.app.appkit import FAIL
+from tests.support.app import API_KEY
+from tests.support.v2 import iris_rows, v2_body
 
 MODEL = "chaos-alert"
 RULE = "TimeshareErrorRate"
@@ -43,6 +45,23 @@ def _drive_until(http, x, expect_status: int, done, max_requests: int, what: str
         assert r.status_code == expect_status, trace[-10:]
         time.sleep(0.2)
     raise AssertionError(f"no {what} after {max_requests} requests: {trace[-30:]}")
+
+
+def _settled(app) -> bool:
+    from ray import serve
+
+    alerter = serve.get_deployment_handle("AlerterDeployment", app_name="timeshare")
+    status = alerter.status.remote().result()
+    ours = [k for k in status["groups"] if f"model={MODEL!r}" in k]
+    return not ours and all(c["pending"] == 0 for c in status["channels"].values())
+
+
+def _until(condition, what: str, trace: list, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}: {trace[-30:]}")
+        time.sleep(0.1)
 
 
 def _when(rfc3339: str) -> datetime:
@@ -95,8 +114,9 @@ def test_failing_model_pages_once_then_resolves_once(app, http):
 
     # Recovery: healthy traffic dilutes the error share below the threshold.
     _drive_until(http, ok_rows, 200, resolved, 200, "resolved notification", trace)
-    # Anything still queued would arrive within a group_interval (2 s): leave room for it.
-    time.sleep(3.0)
+    # Nothing more can come: the alerter holds no group for the model (a resolved group is
+    # dropped once its resolution is flushed) and no channel has a notification queued.
+    _until(lambda: _settled(app), "the alerter settled after the resolution", trace)
     notes = _notes(app)
     story = "\n".join([*(f"{a['status']} {a['startsAt']} {a['endsAt']} {a['annotations']}"
                           for n in notes for a in n["alerts"]), *map(str, trace)])

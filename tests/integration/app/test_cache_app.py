@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.integration.app.appkit import API_KEY, HANG, make_chaos_model, v2_body
+from tests.integration.app.appkit import HANG, make_chaos_model
+from tests.support.app import API_KEY
+from tests.support.v2 import v2_body
 
 SMALL, LARGE = "digits-small", "digits-large"
 VERSIONED = "cache-versions"  # an iris model of this file's own with versions 1 and 2

@@ -22,7 +22,9 @@ import numpy as np
 import pytest
 
 from deploy.demo_data import load_splits
-from tests.integration.app.appkit import API_KEY, FAIL, HANG, iris_rows, v2_body
+from tests.integration.app.appkit import FAIL, HANG
+from tests.support.app import API_KEY
+from tests.support.v2 import iris_rows, v2_body
 
 Request = tuple[str, dict[str, Any]]  # (path, JSON body)
 

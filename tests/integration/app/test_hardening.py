@@ -8,7 +8,8 @@ import shutil
 import numpy as np
 import yaml
 
-from tests.integration.app.appkit import API_KEY, v2_body
+from tests.support.app import API_KEY
+from tests.support.v2 import v2_body
 
 KEY = {"X-API-Key": API_KEY}
 

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.integration.app.appkit import free_port
+from tests.support.ports import free_port
 
 HELD = 8
 

@@ -8,8 +8,9 @@ import torch
 import yaml
 
 from deploy.models_cli import push_main, retire_main
-from tests.integration.app.appkit import API_KEY, v2_body
-from tests.unit.formats.kit import config_dict, small_cnn, write_version
+from tests.support.app import API_KEY
+from tests.support.formats import config_dict, small_cnn, write_version
+from tests.support.v2 import v2_body
 
 X = (np.random.default_rng(2).random((2, 64)) * 16).astype(np.float32)
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from deploy.demo_data import load_splits
-from tests.integration.app.appkit import API_KEY, v2_body
+from tests.support.app import API_KEY
+from tests.support.v2 import v2_body
 
 
 def _http_logits(http, model: str, x: np.ndarray) -> np.ndarray:

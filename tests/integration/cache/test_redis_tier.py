@@ -11,8 +11,7 @@ import redis.asyncio as aioredis
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
-
-from .conftest import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.redis
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 SERVE = [sys.executable, "-c", "from ray.serve.scripts import cli; cli()"]

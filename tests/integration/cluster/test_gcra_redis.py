@@ -10,7 +10,7 @@ import pytest
 
 from fallbacks import CallerLimits, QuotaConfig, QuotaExceeded
 from fallbacks.cluster_quotas import ClusterQuotas
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.redis
 

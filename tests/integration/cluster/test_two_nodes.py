@@ -31,9 +31,12 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.integration.alerting.receiver import start_receiver
-from tests.integration.app.appkit import API_KEY, RedisServer, free_port, iris_rows, v2_body
 from tests.integration.cluster.raycluster import LocalRayCluster
+from tests.support.app import API_KEY
+from tests.support.ports import free_port
+from tests.support.receiver import start_receiver
+from tests.support.redis import RedisServer, redis_binary_or_skip
+from tests.support.v2 import iris_rows, v2_body
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE, BURST = 10.0, 2
@@ -85,13 +88,11 @@ def _config(repo: Path, http_port: int, redis_url: str, hook: str, state: Path) 
 
 @pytest.fixture(scope="module")
 def cluster(demo_repo_master, tmp_path_factory):
-    if shutil.which("redis-server") is None:
-        pytest.skip("needs redis-server (apt-get install redis-server)")
+    binary = redis_binary_or_skip("the cluster's quotas need a private Redis the test stops")
     state = tmp_path_factory.mktemp("cluster")
     repo = state / "repo"  # the shared path: every node reads this absolute folder
     shutil.copytree(demo_repo_master, repo)
-    redis = RedisServer(shutil.which("redis-server"))  # type: ignore[arg-type]
-    redis.start()
+    redis = RedisServer(binary).start()
     receiver = start_receiver()
     http_port = free_port()
     cfg_path = state / "serve.yaml"
@@ -232,7 +233,7 @@ class _Traffic:
 def test_worker_node_lost_under_load_and_back(cluster) -> None:
     c: LocalRayCluster = cluster["cluster"]
     with _Traffic(cluster["url"]) as traffic:
-        time.sleep(2.0)
+        c._wait(lambda: traffic.count()["model"] > 0, 60, "model answers before the loss")
         before = traffic.count()
         assert before["model"] > 0, before  # the pool on the worker node serves the shared repo
         killed_at = time.monotonic()

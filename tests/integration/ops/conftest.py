@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.ports import free_port
+
 _ROOT = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -67,20 +61,3 @@ def steady_server() -> Iterator[str]:
 @pytest.fixture
 def reset(latency_server: str) -> None:
     httpx.post(f"{latency_server}/control/reset").raise_for_status()
-
-
-def raw_config(url: str, **over: Any) -> dict[str, Any]:
-    """A small load-test config (as a YAML-ready dict) against ``url``; keys in ``over`` win."""
-    raw: dict[str, Any] = {
-        "name": "t",
-        "target": {"url": url},
-        "models": [{"name": "digits-small"}],
-        "inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 64],
-                    "random": {"low": 0, "high": 16}}],
-        "arrival": {"process": "poisson", "rate": 40, "seed": 11},
-        "duration_s": 2,
-        "warmup_s": 0,
-        "stability": {"window_s": 1, "windows": 3, "tolerance": 0.9},
-        "slo": {"p99_ms": 2000, "error_rate": 0.01},
-    }
-    return {**raw, **over}

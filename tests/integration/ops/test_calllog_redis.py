@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -11,29 +10,15 @@ import redis
 
 from deploy.usage import main
 from router.calllog import CallLog, CallRecord, RedisStreamSink
-from tests.integration.ops.conftest import free_port
+from tests.support.ports import free_port
 
-URL = "redis://127.0.0.1:6379/0"
 NOW = 1_700_000_000.0
 
-
-def _reachable() -> str | None:
-    try:
-        redis.Redis.from_url(URL, socket_connect_timeout=1).ping()
-        return None
-    except redis.RedisError as e:
-        return f"Redis not reachable at {URL} ({e}); start redis-server to run this test"
-
-
-pytestmark = [pytest.mark.redis, pytest.mark.skipif(_reachable() is not None,
-                                                    reason=str(_reachable()))]
-
-
 @pytest.fixture
-def stream() -> Iterator[str]:
-    key = f"test:calls:{uuid.uuid4().hex}"
+def stream(redis_url: str, key_prefix: str) -> Iterator[str]:
+    key = f"{key_prefix}calls"
     yield key
-    redis.Redis.from_url(URL).delete(key)
+    redis.Redis.from_url(redis_url).delete(key)
 
 
 def rec(i: int, caller: str, device_ms: float, *, age_s: float = 10.0) -> CallRecord:
@@ -43,20 +28,22 @@ def rec(i: int, caller: str, device_ms: float, *, age_s: float = 10.0) -> CallRe
                       priority="batch")
 
 
-async def test_usage_from_redis_stream(stream: str, capsys: pytest.CaptureFixture[str]) -> None:
-    log = CallLog(RedisStreamSink(URL, stream=stream), batch_size=50)
+@pytest.mark.redis
+async def test_usage_from_redis_stream(stream: str, redis_url: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    log = CallLog(RedisStreamSink(redis_url, stream=stream), batch_size=50)
     for i in range(1500):  # more than one XRANGE page
         log.record(rec(i, "team-a" if i < 1200 else "team-b", 10.0))
     log.record(rec(9999, "team-old", 10_000.0, age_s=2 * 86400))
     await log.close()
     assert log.stats.written == 1501 and log.stats.dropped == 0
 
-    r = redis.Redis.from_url(URL)
+    r = redis.Redis.from_url(redis_url)
     first = r.xrange(stream, count=1)[0][1]
     assert first[b"caller"] == b"team-a" and first[b"version"] == b""
 
     # Stream ids are Redis's clock, record ts is ours: --since filters on the record's ts.
-    code = main(["--redis", URL, "--stream", stream, "--since", "1d", "--json"],
+    code = main(["--redis", redis_url, "--stream", stream, "--since", "1d", "--json"],
                 clock=lambda: NOW)
     assert code == 0
     rows = {row["caller"]: row for row in json.loads(capsys.readouterr().out)}
@@ -67,12 +54,13 @@ async def test_usage_from_redis_stream(stream: str, capsys: pytest.CaptureFixtur
     assert rows["team-a"]["degraded"] == pytest.approx(0.5)
 
 
-async def test_stream_is_trimmed_to_maxlen(stream: str) -> None:
-    log = CallLog(RedisStreamSink(URL, stream=stream, maxlen=100), batch_size=100)
+@pytest.mark.redis
+async def test_stream_is_trimmed_to_maxlen(stream: str, redis_url: str) -> None:
+    log = CallLog(RedisStreamSink(redis_url, stream=stream, maxlen=100), batch_size=100)
     for i in range(1000):
         log.record(rec(i, "a", 1.0))
     await log.close()
-    n = redis.Redis.from_url(URL).xlen(stream)
+    n = redis.Redis.from_url(redis_url).xlen(stream)
     assert 100 <= n < 1000  # approximate trimming (MAXLEN ~) keeps whole macro nodes
 
 

@@ -12,7 +12,8 @@ import yaml
 from deploy.loadtest import load_config, main
 from deploy.loadtest._private.plan import build_plan
 from deploy.loadtest.calibrate import calibrate, write_calibration
-from tests.integration.ops.conftest import free_port, raw_config
+from tests.support.loadtest import raw_config
+from tests.support.ports import free_port
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

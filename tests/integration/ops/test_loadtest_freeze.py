@@ -28,7 +28,7 @@ from deploy.loadtest._private.nullserver import null_server
 from deploy.loadtest._private.plan import build_plan
 from deploy.loadtest._private.stats import summarize_run
 from deploy.loadtest._private.workers import run_http
-from tests.integration.ops.conftest import raw_config
+from tests.support.loadtest import raw_config
 
 DELAY_MS = 5.0
 _AROUND_STOP_S = 0.003
@@ -103,15 +103,17 @@ async def test_freeze_percentiles_match_the_freeze_and_closed_loop_hides_it(
     for key in ("p50", "p90", "p99", "max"):
         assert got[key] == pytest.approx(want[key], abs=25.0), (key, got, want)
     assert want["p50"] > 200.0 and want["max"] > 1900.0  # the test is about the freeze
-    # The generator kept its schedule through the freeze and the burst after it.
-    assert run["generator"]["lag_ms"]["p99"] <= 2.0, run["generator"]
+    # The generator kept its schedule through the freeze and the burst after it: it never
+    # waited for the frozen server (its lag is nowhere near the freeze; how small it is, is
+    # the load-test floor's benchmark, not this test's).
+    assert run["generator"]["lag_ms"]["p99"] < FREEZE_S * 1e3 / 4, run["generator"]
 
     # Closed loop, same server, same freeze: each of its 2 connections sent nothing while
     # waiting, so the freeze is in at most 2 samples and absent from its percentiles.
     slow = [s for s in closed if s.latency_s > FREEZE_S / 2]
     assert 1 <= len(slow) <= 2, [s.latency_s for s in slow]
     closed_lat = LatencyHistogram(s.latency_s for s in closed).summary_ms()
-    assert len(closed) > 200 and closed_lat["p99"] < 50.0, closed_lat
+    assert len(closed) > 200 and closed_lat["p99"] < FREEZE_S * 1e3 / 2, closed_lat
 
 
 @pytest.mark.parametrize("rate", [50, 1000])

@@ -9,7 +9,7 @@ import numpy as np
 
 from deploy.loadtest import LatencyHistogram, LoadTestConfig, run_loadtest
 from deploy.loadtest._private.plan import build_plan
-from tests.integration.ops.conftest import raw_config
+from tests.support.loadtest import raw_config
 
 
 def make_cfg(url: str, **over: Any) -> LoadTestConfig:

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from deploy.demo_traffic import run_traffic
-from tests.conftest import SMALL_DEMO, free_port
 from tests.integration.ops.cdp import Browser
 from tests.integration.ops.operator_app import (
     API_KEY,
@@ -33,13 +32,14 @@ from tests.integration.ops.operator_app import (
     start_prometheus,
     stop_app,
 )
+from tests.support.demo import SMALL_DEMO
+from tests.support.ports import free_port
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "timeshare.json"
 
 
 @pytest.fixture(scope="module")
 def operator_app(demo_repo_master, tmp_path_factory) -> Iterator[OperatorApp]:
-    pytest.importorskip("ray")
     root = tmp_path_factory.mktemp("operator")
     shutil.copytree(demo_repo_master, root / "repo")
     app = start_app(root / "repo", root, (free_port(), free_port(), free_port()))
@@ -106,7 +106,14 @@ def test_prometheus_scrapes_every_pool_series_and_every_panel_has_data(operator_
             peak_queue = max(peak_queue, _total(prom, "timeshare_queue_depth"))
             time.sleep(0.5)
         traffic.join()
-        time.sleep(3)  # two more scrapes
+
+        def scraped() -> bool:  # the scrapes after the traffic: every series, every counter
+            return (all(prom.query(name) for name in POOL_SERIES)
+                    and all(_total(prom, m) > v for m, v in before.items()))
+
+        deadline = time.monotonic() + 30
+        while not scraped() and time.monotonic() < deadline:
+            time.sleep(0.5)
         for name in POOL_SERIES:
             series = prom.query(name)
             assert series, f"{name}: no series"
@@ -162,7 +169,9 @@ def test_status_page_in_headless_chromium_shows_the_models_and_moves(operator_ap
         browser.wait_for(f"{_text('[data-testid=swaps]')} !== {swaps_before!r}", 20)
         browser.wait_for("[...document.querySelectorAll('#models tr[data-model] td:nth-child(2)')]"
                          ".some(td => parseFloat(td.textContent) > 0)", 20)
-        time.sleep(4)  # a few more polls, so the plots have a history in the screenshot
+        # A few more polls, so the plots have a history in the screenshot.
+        polled = browser.evaluate("history.swaps.length")
+        browser.wait_for(f"history.swaps.length >= {polled + 4}", 30)
         shot = Path(os.environ.get("TIMESHARE_UI_SCREENSHOT", tmp_path / "status-page.png"))
         browser.screenshot(shot)
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,8 +8,7 @@ import pytest
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
-
-from .conftest import CountingModel
+from tests.support.cache import CountingModel
 
 X = {"x": np.array([1.0, 2.0], dtype=np.float32)}
 EXACT = CacheConfig(mode="exact", ttl_s=60)

@@ -52,7 +52,7 @@ import numpy as np
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
-from tests.unit.cache.conftest import BagOfWordsEmbedder
+from tests.support.cache import BagOfWordsEmbedder
 
 async def ask(cache, text, i):
     async def compute():

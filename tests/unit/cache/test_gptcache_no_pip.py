@@ -37,31 +37,55 @@ def test_backends_are_installed_and_pinned(module, package):
         assert f'"{package}' in pyproject.lower(), f"{package} not pinned in pyproject.toml"
 
 
-def test_gptcache_helpers_for_our_backends_do_not_prompt():
-    import gptcache.utils as gu
-
-    # These are the helpers our store construction reaches (sql_storage, faiss, sqlite client).
-    for helper in (gu.import_sqlalchemy, gu.import_faiss, lambda: gu.import_sql_client("sqlite")):
-        helper()  # would call prompt_install -> pip if a module were missing
-    import gptcache.manager.eviction.memory_cache
-    import gptcache.manager.scalar_data.sql_storage
-    import gptcache.manager.vector_data.faiss  # noqa: F401
-
-
-_SCRIPT = r"""
-import asyncio, json, sys
+_HOOK = r"""
+import json, sys
 launches = []
 def hook(event, args):
     if event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                  "os.fork", "os.forkpty"):
         launches.append([event, repr(args)[:200]])
 sys.addaudithook(hook)
+"""
 
+_HELPERS = _HOOK + r"""
+import gptcache.utils as gu
+
+# The helpers our store construction reaches (sql_storage, faiss, sqlite client): each would
+# call prompt_install -> pip if a module were missing.
+for helper in (gu.import_sqlalchemy, gu.import_faiss, lambda: gu.import_sql_client("sqlite")):
+    helper()
+import gptcache.manager.eviction.memory_cache
+import gptcache.manager.scalar_data.sql_storage
+import gptcache.manager.vector_data.faiss
+loaded = [m for m in ("sqlalchemy", "faiss", "gptcache.manager.vector_data.faiss",
+                      "gptcache.manager.scalar_data.sql_storage") if m in sys.modules]
+print(json.dumps({"loaded": loaded, "launches": launches}))
+"""
+
+
+def _run(script: str, *args: str) -> dict:
+    """Run ``script`` in a fresh interpreter (its audit hook sees every process launch) and
+    return the JSON of its last line."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_gptcache_helpers_for_our_backends_do_not_prompt():
+    result = _run(_HELPERS)
+    assert result["launches"] == []  # no pip, no process of any kind
+    assert result["loaded"] == ["sqlalchemy", "faiss", "gptcache.manager.vector_data.faiss",
+                                "gptcache.manager.scalar_data.sql_storage"]
+
+
+_SCRIPT = _HOOK + r"""
+import asyncio
 import numpy as np
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
-from tests.unit.cache.conftest import BagOfWordsEmbedder
+from tests.support.cache import BagOfWordsEmbedder
 
 async def main(path):
     cache = ResultCache(CacheSettings(semantic_dir=path), embedder=BagOfWordsEmbedder())
@@ -84,15 +108,6 @@ print(json.dumps({"tiers": tiers, "launches": launches}))
 
 
 def test_semantic_tier_never_launches_a_process(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(tmp_path / "sem")],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = _run(_SCRIPT, str(tmp_path / "sem"))
     assert result["tiers"] == ["miss", "semantic"]  # the store really was used
     assert result["launches"] == []

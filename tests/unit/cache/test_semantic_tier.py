@@ -6,8 +6,7 @@ import pytest
 from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.schemas import CacheControl
-
-from .conftest import BagOfWordsEmbedder
+from tests.support.cache import BagOfWordsEmbedder
 
 SEM = CacheConfig(mode="semantic", ttl_s=60, similarity_threshold=0.8)
 

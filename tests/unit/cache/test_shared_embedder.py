@@ -3,8 +3,7 @@
 import numpy as np
 
 from router.cache import SharedEmbedder
-
-from .conftest import BagOfWordsEmbedder
+from tests.support.cache import BagOfWordsEmbedder
 
 
 def test_each_text_is_embedded_once_and_the_memo_is_bounded():

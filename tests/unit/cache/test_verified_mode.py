@@ -15,8 +15,7 @@ from pool.config import CacheConfig
 from router.cache import CachedAnswer, CacheSettings, ResultCache
 from router.cache._private.metrics import register_error_rate_metric
 from router.schemas import CacheControl
-
-from .conftest import BagOfWordsEmbedder
+from tests.support.cache import BagOfWordsEmbedder
 
 SEM = CacheConfig(mode="semantic", ttl_s=600)
 FRUITS = ["apple", "orange", "mango", "lemon"]

@@ -9,19 +9,12 @@ from alerting.rules import RuleEvaluator
 from alerting.rules_config import RulesConfig
 from fallbacks import CallerLimits, CallerQuotas, QuotaConfig, QuotaExceeded
 from router.scaling import AutoscalingSettings, replica_options, sharing_replicas
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.support.clocks import FakeClock
 
 
 def test_a_replica_share_scales_rate_burst_and_concurrency() -> None:
     cfg = QuotaConfig(default=CallerLimits(max_concurrency=3, rate_per_s=10, burst=4))
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     q = CallerQuotas(cfg, clock=clock, share=0.5)
     assert q.limits_for("a") == CallerLimits(max_concurrency=2, rate_per_s=5, burst=2)
     leases = [q.acquire("a"), q.acquire("a")]  # the burst of 2 and 2 in flight
@@ -31,13 +24,13 @@ def test_a_replica_share_scales_rate_burst_and_concurrency() -> None:
         lease.release()
     with pytest.raises(QuotaExceeded, match="rate limit"):
         q.acquire("a")  # the bucket is empty; 5/s refills one token in 0.2 s
-    clock.t = 0.2
+    clock.set(0.2)
     q.acquire("a").release()
 
 
 def test_local_fallback_leases_say_so_and_the_refusal_names_the_store() -> None:
     q = CallerQuotas(QuotaConfig(default=CallerLimits(rate_per_s=1, burst=1)),
-                     clock=FakeClock())
+                     clock=FakeClock(0.0))
     assert q.acquire("a", local_fallback=True).local_fallback
     with pytest.raises(QuotaExceeded, match="quota store is unavailable"):
         q.acquire("a", local_fallback=True)

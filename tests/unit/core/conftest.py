@@ -9,9 +9,6 @@ from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
 from pool.host import ModelHost
 from pool.repository import ModelRepository
-from router.catalog import ModelCatalog
-from router.pipeline import Pipeline
-from router.pool_client import LocalPoolClient
 
 MB = 1 << 20
 
@@ -24,12 +21,3 @@ async def host(demo_repo_master):
     assert h.index()["digits-small"].ready
     yield h
     await h.worker.close()
-
-
-def local_pipeline(host: ModelHost, **kw) -> Pipeline:
-    """A pipeline whose only pool is ``host``, in process."""
-
-    async def fetch():
-        return host.index()
-
-    return Pipeline(ModelCatalog(fetch), {"cpu": LocalPoolClient(host)}, **kw)

@@ -12,16 +12,9 @@ from policies.edge import EdgeConfig
 from policies.priority import Priority
 from router.edge import ARRIVAL_KEY, SHED_KEY, EdgeMiddleware, EdgeSettings
 from router.loop_load import LoopLoad
+from tests.support.clocks import FakeClock
 
 PATH = "/v2/models/m/infer"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class App:
@@ -69,7 +62,7 @@ async def _call(mw, scope, chunks, *, gap: float = 0.0):
 
 
 def _mw(**kw):
-    clock = Clock()
+    clock = FakeClock(100.0)
     app = App()
     adm = kw.pop("admission", {})
     mw = EdgeMiddleware(app, settings=EdgeSettings(admission=EdgeConfig(**adm), **kw),
@@ -82,7 +75,7 @@ async def test_admitted_request_sees_the_whole_body_and_its_arrival_time() -> No
     status, _, _ = await _call(mw, _scope(None), [b'{"in', b'puts": []}'])
     assert status == 200
     scope, body = app.seen[0]
-    assert body == b'{"inputs": []}' and scope[ARRIVAL_KEY] == clock.t
+    assert body == b'{"inputs": []}' and scope[ARRIVAL_KEY] == clock()
     assert sum(mw.state.in_flight.values()) == 0
 
 
@@ -130,7 +123,7 @@ async def test_a_burst_passes_the_in_flight_share_until_it_has_stood_a_window() 
     held = [asyncio.create_task(batch()) for _ in range(9)]  # batch's share is 4, a burst 8
     await asyncio.sleep(0.01)
     assert mw.state.total == 8 and mw.state.counts == {"shed:batch": 1}
-    clock.t += 0.25  # the 8 have now stood through a whole window
+    clock.advance(0.25)  # the 8 have now stood through a whole window
     status, _, payload = await batch()
     assert status == 503 and json.loads(payload)["error"].startswith("overload:batch")
     app.hold.set()
@@ -188,9 +181,9 @@ def test_service_time_is_measured_from_completions() -> None:
     st = mw.state
     st.started(Priority.BATCH)
     st.started(Priority.BATCH)
-    clock.t += 0.02
+    clock.advance(0.02)
     st.finished(Priority.BATCH, 100.0)  # ran alone from the start: 20 ms
-    clock.t += 0.01
+    clock.advance(0.01)
     st.finished(Priority.BATCH, 100.0)  # 10 ms after the previous completion
     assert st.service_s == pytest.approx(0.5 + 0.1 * (0.02 - 0.5) + 0.1 * (0.01 - 0.452))
     # two batch admissions at t=100.0 (tau 1 s), seen 30 ms later
@@ -219,7 +212,7 @@ class FallbackApp(App):
 @pytest.mark.parametrize("shed_status, retry_after", [(200, None), (503, b"1")])
 async def test_a_shed_request_goes_on_to_its_fallback_without_occupying_the_backend(
         shed_status, retry_after) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     app = FallbackApp(shed_status)
     mw = EdgeMiddleware(app, settings=EdgeSettings(initial_service_s=0.02,
                                                    admission=EdgeConfig(**TIGHT)),
@@ -254,7 +247,7 @@ async def test_a_shed_request_gets_its_fallback_only_while_the_ingress_loop_has_
     app = FallbackApp(200)
     mw = EdgeMiddleware(app, settings=EdgeSettings(initial_service_s=0.02,
                                                    admission=EdgeConfig(**TIGHT)),
-                        max_body_bytes=1000, default_deadline_ms=500, clock=Clock(),
+                        max_body_bytes=1000, default_deadline_ms=500, clock=FakeClock(100.0),
                         loop_load=FixedLoad(busy))
     held, _, (got, headers, payload) = await _batch_behind_held_interactive(mw, app)
     assert (got, headers.get(b"retry-after")) == (status, None if status == 200 else b"1")

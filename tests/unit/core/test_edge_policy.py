@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import doctest
 import json
+import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import policies.edge
@@ -212,6 +213,52 @@ _SORTED4 = st.lists(st.floats(0.01, 1.0), min_size=4, max_size=4).map(
     lambda v: sorted(v, reverse=True))  # realtime's ceiling highest, as the config requires
 
 
+def _edge_config(max_in_flight, shares, ceilings, burst) -> EdgeConfig:
+    labels = [p.label for p in Priority]
+    return EdgeConfig(max_in_flight=max_in_flight, burst_factor=burst,
+                      in_flight_share=dict(zip(labels, shares, strict=True)),
+                      max_queue_delay_s=dict(zip(labels, ceilings, strict=True)))
+
+
+@st.composite
+def _at_once_case(draw):
+    """A config, a snapshot and a request inside admits_at_once's documented condition: fewer
+    in flight than the class's share, and the worst-case delay within its ceiling and the
+    request's budget (every such case, none outside it)."""
+    cfg = _edge_config(draw(st.integers(1, 64)), draw(_SORTED4), draw(_SORTED4),
+                       draw(st.floats(1.0, 3.0)))
+    priority = draw(st.sampled_from(list(Priority)))
+    share = cfg.max_in_flight * cfg.in_flight_share[priority.label]
+    total = draw(st.integers(0, max(0, math.ceil(share) - 1)))
+    assume(total < share)
+    cut = sorted(draw(st.lists(st.integers(0, total), min_size=3, max_size=3)))
+    in_flight = [b - a for a, b in zip([0, *cut], [*cut, total], strict=True)]
+    most_s = cfg.max_queue_delay_s[priority.label] * 0.05 / (total + 1)
+    service_s = draw(st.floats(0.0, most_s))
+    worst = (total + 1) * service_s / 0.05
+    assume(worst <= cfg.max_queue_delay_s[priority.label])
+    elapsed_s = draw(st.floats(0.0, 1.0))
+    floor_s = elapsed_s + service_s + cfg.deadline_margin_s + worst
+    deadline_s = floor_s + draw(st.floats(0.0, 2.0))
+    assume(deadline_s >= floor_s)
+    rates = draw(st.lists(st.floats(0.0, 500.0), min_size=4, max_size=4))
+    standing = draw(st.one_of(st.none(), st.integers(0, 80)))
+    snap = EdgeSnapshot(dict(zip(Priority, in_flight, strict=True)), service_s,
+                        dict(zip(Priority, rates, strict=True)), standing=standing)
+    return cfg, snap, priority, elapsed_s, deadline_s
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_at_once_case())
+def test_admits_at_once_where_its_condition_holds_and_the_full_decision_admits(case) -> None:
+    cfg, snap, priority, elapsed_s, deadline_s = case
+    assert admits_at_once(total=snap.total, service_s=snap.service_s, priority=priority,
+                          elapsed_s=elapsed_s, deadline_s=deadline_s, config=cfg)
+    d = decide_edge(snap, priority=priority, elapsed_s=elapsed_s, deadline_s=deadline_s,
+                    config=cfg)
+    assert d.admit and d.reason is None, d
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     in_flight=st.lists(st.integers(0, 40), min_size=4, max_size=4),
@@ -226,19 +273,18 @@ _SORTED4 = st.lists(st.floats(0.01, 1.0), min_size=4, max_size=4).map(
     ceilings=_SORTED4,
     burst=st.floats(1.0, 3.0),
 )
-def test_admits_at_once_only_where_the_full_decision_admits(
+def test_admits_at_once_never_where_the_full_decision_sheds(
         in_flight, rates, service_s, standing, priority, elapsed_s, deadline_s, max_in_flight,
         shares, ceilings, burst) -> None:
-    labels = [p.label for p in Priority]
-    cfg = EdgeConfig(max_in_flight=max_in_flight, burst_factor=burst,
-                     in_flight_share=dict(zip(labels, shares, strict=True)),
-                     max_queue_delay_s=dict(zip(labels, ceilings, strict=True)))
+    # Anywhere in the space (where admits_at_once rarely holds): a shed is never pre-empted.
+    cfg = _edge_config(max_in_flight, shares, ceilings, burst)
     snap = EdgeSnapshot(dict(zip(Priority, in_flight, strict=True)), service_s,
                         dict(zip(Priority, rates, strict=True)), standing=standing)
-    if admits_at_once(total=snap.total, service_s=service_s, priority=priority,
-                      elapsed_s=elapsed_s, deadline_s=deadline_s, config=cfg):
-        assert decide_edge(snap, priority=priority, elapsed_s=elapsed_s, deadline_s=deadline_s,
-                           config=cfg).admit
+    quick = admits_at_once(total=snap.total, service_s=service_s, priority=priority,
+                           elapsed_s=elapsed_s, deadline_s=deadline_s, config=cfg)
+    d = decide_edge(snap, priority=priority, elapsed_s=elapsed_s, deadline_s=deadline_s,
+                    config=cfg)
+    assert d.admit or not quick, d
 
 
 def test_admits_at_once_defers_to_the_full_decision_near_any_limit() -> None:

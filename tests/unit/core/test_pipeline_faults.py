@@ -17,7 +17,7 @@ from policies.priority import Priority
 from router.errors import InvalidRequest, QuotaExceeded
 from router.pipeline import Pipeline, PipelineConfig
 from router.schemas import InferenceRequest
-from tests.unit.core.conftest import local_pipeline as _pipeline
+from tests.support.pipeline import local_pipeline as _pipeline
 
 
 def _request(i: int, **kw) -> InferenceRequest:

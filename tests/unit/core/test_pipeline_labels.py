@@ -10,7 +10,7 @@ from policies.priority import Priority
 from router._private.recorders import TelemetryRecorder
 from router.cache import ResultCache
 from router.schemas import InferenceRequest, InferenceResponse, Timings
-from tests.unit.core.conftest import local_pipeline
+from tests.support.pipeline import local_pipeline
 
 
 def _queue_points(t: Telemetry) -> list[dict]:

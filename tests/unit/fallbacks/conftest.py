@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from fallbacks.clock import FakeClock
+from tests.support.clocks import FakeClock
 
 
 @pytest.fixture

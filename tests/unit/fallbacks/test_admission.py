@@ -1,5 +1,7 @@
+import math
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -100,6 +102,42 @@ def test_k_must_be_positive():
 _DELAY = st.floats(min_value=0.0, max_value=2.0, allow_nan=False)
 
 
+@st.composite
+def _at_once_case(draw):
+    """A config, a snapshot and a budget inside admits_at_once's documented condition: the
+    pool's utilisation under every class's ceiling, the longest delay within every class's
+    delay ceiling and the budget (every such case, none outside it)."""
+    util = draw(st.lists(st.sampled_from([0.25, 0.5, 0.6, 0.8, 1.0, 1.5]), min_size=4,
+                         max_size=4))
+    ceil = draw(st.lists(st.floats(0.01, 3.0), min_size=4, max_size=4))
+    cfg = AdmissionConfig(max_utilization={p.label: u for p, u in zip(P, util, strict=True)},
+                          max_queue_delay_s={p.label: c for p, c in zip(P, ceil, strict=True)})
+    capacity = draw(st.integers(1, 64))
+    total = draw(st.integers(0, max(0, math.ceil(min(util) * capacity) - 1)))
+    assume(total / capacity < min(util))
+    cut = sorted(draw(st.lists(st.integers(0, total), min_size=3, max_size=3)))
+    in_flight = [b - a for a, b in zip([0, *cut], [*cut, total], strict=True)]
+    longest = draw(st.floats(0.0, min(ceil)))
+    budget = longest + draw(st.floats(0.0, 2.0))
+    delays = [draw(st.floats(0.0, longest)) for _ in range(3)] + [longest]
+    delays = draw(st.permutations(delays))
+    s = AdmissionSnapshot(capacity=capacity, in_flight=dict(zip(P, in_flight, strict=True)),
+                          queue_delay_s=dict(zip(P, delays, strict=True)))
+    return cfg, s, budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_at_once_case())
+def test_admits_at_once_where_its_condition_holds_and_every_class_is_admitted(case):
+    cfg, s, budget = case
+    assert admits_at_once(admission_floors(cfg), in_flight=sum(s.in_flight.values()),
+                          capacity=s.capacity, longest_delay_s=max(s.queue_delay_s.values()),
+                          budget_s=budget)
+    for p in P:
+        d = decide_admission(s, priority=p, budget_s=budget, config=cfg)
+        assert d.admit and d.reason is None, (p, d)
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     in_flight=st.lists(st.integers(0, 8), min_size=4, max_size=4),
@@ -109,16 +147,17 @@ _DELAY = st.floats(min_value=0.0, max_value=2.0, allow_nan=False)
     util=st.lists(st.sampled_from([0.25, 0.5, 0.6, 0.8, 1.0, 1.5]), min_size=4, max_size=4),
     ceil=st.lists(st.floats(0.01, 3.0), min_size=4, max_size=4),
 )
-def test_admits_at_once_only_where_the_full_decision_admits_every_class(
+def test_admits_at_once_never_where_the_full_decision_sheds_a_class(
         in_flight, capacity, delays, budget, util, ceil):
+    # Anywhere in the space (where admits_at_once rarely holds): a shed is never pre-empted.
     cfg = AdmissionConfig(max_utilization={p.label: u for p, u in zip(P, util, strict=True)},
                           max_queue_delay_s={p.label: c for p, c in zip(P, ceil, strict=True)})
     s = AdmissionSnapshot(capacity=capacity, in_flight=dict(zip(P, in_flight, strict=True)),
                           queue_delay_s=dict(zip(P, delays, strict=True)))
     quick = admits_at_once(admission_floors(cfg), in_flight=sum(in_flight), capacity=capacity,
                            longest_delay_s=max(delays), budget_s=budget)
-    if quick:
-        assert all(decide_admission(s, priority=p, budget_s=budget, config=cfg).admit for p in P)
+    admitted = all(decide_admission(s, priority=p, budget_s=budget, config=cfg).admit for p in P)
+    assert admitted or not quick
 
 
 def test_admits_at_once_defers_to_the_full_decision_near_any_ceiling():

@@ -25,6 +25,7 @@ from fallbacks.rules import RuleConfigError
 from pool.config import FallbackStep
 from pool.errors import RequestExpired
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
+from tests.support.clocks import FakeClock
 
 
 class FakeExecutor(ModelExecutor):
@@ -96,7 +97,9 @@ async def test_primary_answer_is_not_degraded():
 
 async def test_hung_primary_is_abandoned_within_its_share_and_next_model_answers():
     ex = FakeExecutor({("big", "gpu"): "hang"})
-    deadline = Deadline.after_ms(300)
+    # A frozen clock: the budgets are the deadline's shares exactly, however loaded the machine
+    # (the hang is still abandoned at its budget in real time).
+    deadline = Deadline.after_ms(300, clock=FakeClock())
     t0 = time.monotonic()
     res = await runner(ex).run(REQ, deadline=deadline, chain=CHAIN, primary=Target("big", "2"))
     took = time.monotonic() - t0
@@ -104,7 +107,7 @@ async def test_hung_primary_is_abandoned_within_its_share_and_next_model_answers
     assert (res.served_by, res.degraded, res.reason) == ("model:small@1", True, "timeout")
     assert ex.cancelled == [("big", "gpu")]
     # the primary got half of (300 ms - 5 ms local reserve): it cannot have used the whole deadline
-    assert ex.calls[0][3] == pytest.approx(0.1475, abs=0.01)
+    assert ex.calls[0][3] == pytest.approx(0.1475, abs=1e-9)
     assert [a.outcome for a in res.attempts] == ["timeout", "ok"]
 
 
@@ -206,7 +209,10 @@ async def test_open_breaker_skips_the_step_and_timeouts_feed_it():
     ex = FakeExecutor({("big", "gpu"): "hang"})
     r = runner(ex, breakers=reg)
     for _ in range(2):
-        res = await r.run(REQ, deadline=Deadline.after_ms(30), chain=CHAIN, primary=Target("big"))
+        # On a frozen clock the 30 ms deadline cannot pass before the call (a loaded machine
+        # made that "expired"); the hang is still abandoned at its real budget: a timeout.
+        frozen = Deadline.after_ms(30, clock=FakeClock())
+        res = await r.run(REQ, deadline=frozen, chain=CHAIN, primary=Target("big"))
         assert res.reason == "timeout"
     assert reg.get("big", "gpu").state is BreakerState.OPEN
     ex.calls.clear()

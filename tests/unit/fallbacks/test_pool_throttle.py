@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from fallbacks.pool_throttle import PoolThrottled, PoolThrottles
+from pool.work import PoolRefusal, PoolReply, unwrap
 from router.errors import InvalidRequest, ServiceUnavailable
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Refusal:
-    """Stands in for the pool's refusal value (``pool.wire.PoolRefusal``)."""
+from tests.support.clocks import FakeClock
 
 
 async def _ok() -> str:
     return "ok"
 
 
-async def _refused() -> Refusal:
-    return Refusal()
+async def _refused() -> PoolReply:
+    # What the pipeline's pool call does with the pool's refusal value (router.pool_client):
+    # raises it as its exception type, here the queue-full one.
+    return unwrap(PoolRefusal("queue_full", "pool: queue full for m@1"))
 
 
 async def _overloaded() -> str:
@@ -37,19 +31,20 @@ async def _bad_input() -> str:
 
 
 def _throttles(clock, draw=0.0, **kw) -> PoolThrottles:
-    return PoolThrottles(k=2.0, window_s=10.0, clock=clock, rng=lambda: draw,
-                         refused=lambda r: isinstance(r, Refusal), **kw)
+    # Built as the pipeline builds it (router.pipeline): no ``refused`` predicate, refusals
+    # arrive as exceptions.
+    return PoolThrottles(k=2.0, window_s=10.0, clock=clock, rng=lambda: draw, **kw)
 
 
 async def test_healthy_pool_is_never_throttled() -> None:
-    th = _throttles(Clock())
+    th = _throttles(FakeClock())
     for _ in range(200):
         assert await th.call("m", "cpu", _ok) == "ok"
     assert th.reject_probabilities() == {}
 
 
 async def test_a_failing_model_is_throttled_and_its_neighbours_are_not() -> None:
-    clock = Clock()
+    clock = FakeClock()
     th = _throttles(clock)
     for _ in range(10):
         assert await th.call("good", "cpu", _ok) == "ok"
@@ -69,9 +64,10 @@ async def test_a_failing_model_is_throttled_and_its_neighbours_are_not() -> None
 
 
 async def test_refusal_values_count_as_not_accepted_and_bad_input_as_accepted() -> None:
-    th = _throttles(Clock(), draw=0.999)  # let calls through so the counts are all observed
+    th = _throttles(FakeClock(), draw=0.999)  # let calls through so the counts are all observed
     for _ in range(20):
-        await th.call("m", "cpu", _refused)
+        with pytest.raises(asyncio.QueueFull):
+            await th.call("m", "cpu", _refused)
         with pytest.raises(InvalidRequest):
             await th.call("n", "cpu", _bad_input)
     assert th.throttle("m", "cpu").reject_probability() == pytest.approx(20 / 21)
@@ -79,17 +75,18 @@ async def test_refusal_values_count_as_not_accepted_and_bad_input_as_accepted() 
 
 
 async def test_the_window_forgets_and_the_throttle_recovers() -> None:
-    clock = Clock()
+    clock = FakeClock()
     th = _throttles(clock, draw=0.999)
     for _ in range(30):
-        await th.call("m", "cpu", _refused)
+        with pytest.raises(asyncio.QueueFull):
+            await th.call("m", "cpu", _refused)
     assert th.throttle("m", "cpu").reject_probability() > 0.9
-    clock.t += 11.0
+    clock.advance(11.0)
     assert th.throttle("m", "cpu").reject_probability() == 0.0
 
 
 def test_keys_are_bounded_and_arguments_checked() -> None:
-    th = _throttles(Clock(), max_keys=2)
+    th = _throttles(FakeClock(), max_keys=2)
     a = th.throttle("a", "cpu")
     th.throttle("b", "cpu")
     th.throttle("a", "cpu")  # a is now the most recent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.formats.kit import ALL_FORMATS, small_cnn, write_config, write_version
+from tests.support.formats import ALL_FORMATS, small_cnn, write_config, write_version
 
 
 @pytest.fixture(scope="session")

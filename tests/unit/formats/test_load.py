@@ -17,7 +17,7 @@ from pool.errors import ModelLoadError
 from pool.loader import load_module
 from pool.repository import read_config
 from pool.trust import TrustSettings
-from tests.unit.formats.kit import ALL_FORMATS, first_output, small_cnn, write_config
+from tests.support.formats import ALL_FORMATS, first_output, small_cnn, write_config
 
 
 @pytest.fixture(scope="module")

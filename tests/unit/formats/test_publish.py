@@ -15,9 +15,8 @@ import pytest_asyncio
 import torch
 import yaml
 
-from router.ingress import Ingress
-from router.settings import load_settings
-from tests.unit.formats.kit import config_dict, small_cnn
+from tests.support.app import start_ingress, stop_ingress
+from tests.support.formats import config_dict, small_cnn
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -37,16 +36,13 @@ def repo(demo_repo_master, tmp_path_factory) -> Path:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def app(repo, tmp_path_factory):
     state = tmp_path_factory.mktemp("publish-state")
-    settings = load_settings({
+    ing = await start_ingress({
         "repository": str(repo), "state_dir": str(state), "api_key": KEY["X-API-Key"],
         "cpu_pool": {"placement": "ingress", "memory_budget_mb": 64},
         "poll_interval_s": 0.2, "publish": {"max_archive_bytes": MAX_ARCHIVE},
     })
-    cls = Ingress.func_or_class
-    ing = cls.__new__(cls)
-    await ing.__init__(settings, {}, None)
     yield ing.__serve_build_asgi_app__()
-    await ing.__del__()
+    await stop_ingress(ing)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -193,7 +189,7 @@ async def test_cli_push_and_retire_over_real_http(app, client, repo, exported_ma
     import uvicorn
 
     from deploy.models_cli import push_main, retire_main
-    from tests.conftest import free_port
+    from tests.support.ports import free_port
 
     folder = tmp_path / "cli-pub"
     folder.mkdir()

@@ -16,7 +16,7 @@ from pool.device import DeviceSpec
 from pool.host import ModelHost
 from pool.repository import ModelRepository
 from pool.work import PoolWork
-from tests.unit.formats.kit import ALL_FORMATS, small_cnn
+from tests.support.formats import ALL_FORMATS, small_cnn
 
 X = (np.random.default_rng(0).random((3, 64)) * 16).astype(np.float32)
 

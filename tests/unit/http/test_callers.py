@@ -12,7 +12,8 @@ from router._private.callers import digest as _digest
 from router._private.callers import identify
 from router.errors import Forbidden, Unauthorized
 from router.schemas import InferenceRequest
-from tests.unit.http.test_v2_errors import assert_error, body
+from tests.support.errors import assert_error
+from tests.support.v2 import digits_body as body
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.unit.http.conftest import ADMIN_KEY
+from tests.support.app import ADMIN_KEY
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 

@@ -5,7 +5,6 @@ route reads ``parameters.text``; ``/v2/status`` reports the verified mode's figu
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -16,10 +15,9 @@ import pytest_asyncio
 import yaml
 
 from deploy.demo_data import load_splits
-from router.ingress import Ingress
 from router.routes import load_routes
-from router.settings import load_settings
-from tests.conftest import SMALL_DEMO
+from tests.support.app import start_ingress, stop_ingress
+from tests.support.demo import SMALL_DEMO
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY = "admin-key"
@@ -46,7 +44,7 @@ async def client(demo_repo_master, tmp_path_factory):
         cfg = yaml.safe_load((repo / m / "config.yaml").read_text())
         cfg["cache"] = {"mode": "semantic", "ttl_s": 300}
         (repo / m / "config.yaml").write_text(yaml.safe_dump(cfg))
-    settings = load_settings({
+    ing = await start_ingress({
         "repository": str(repo), "state_dir": str(root / "state"), "api_key": KEY,
         "routes": [{"name": "ask", "strategy": "predictive", "cheap": "digits-small",
                     "expensive": "digits-large", "predictive_model": str(SCORER),
@@ -54,20 +52,11 @@ async def client(demo_repo_master, tmp_path_factory):
         "cache": {"semantic_dir": str(root / "sem"), "verify_max_error_rate": 0.05},
         "cpu_pool": {"placement": "ingress", "memory_budget_mb": 256},
         "call_log": {"path": str(root / "calls.jsonl")}, "default_deadline_ms": 5000,
-    })
-    cls = Ingress.func_or_class
-    ing = cls.__new__(cls)
-    await ing.__init__(settings, {}, None)
-    for _ in range(300):
-        await ing.catalog.refresh()
-        if all(ing.catalog.snapshot().get(m) and ing.catalog.snapshot()[m].ready
-               for m in SMALL_DEMO):
-            break
-        await asyncio.sleep(0.1)
+    }, ready=tuple(SMALL_DEMO))
     transport = httpx.ASGITransport(app=ing.__serve_build_asgi_app__())
     async with httpx.AsyncClient(transport=transport, base_url="http://timeshare") as c:
         yield c, ing
-    await ing.__del__()
+    await stop_ingress(ing)
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -11,28 +11,11 @@ import json
 import numpy as np
 import pytest
 
-from tests.unit.http.conftest import ADMIN_KEY
+from tests.support.app import ADMIN_KEY
+from tests.support.errors import assert_error
+from tests.support.v2 import digits_body as body
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
-
-PIXELS = [0.0] * 64
-
-
-def body(data=None, shape=(1, 64), datatype="FP32", **params):
-    doc = {"inputs": [{"name": "pixels", "shape": list(shape), "datatype": datatype,
-                       "data": PIXELS if data is None else data}]}
-    if params:
-        doc["parameters"] = params
-    return doc
-
-
-def assert_error(r, status: int, field: str | None = None):
-    assert r.status_code == status, r.text
-    doc = r.json()
-    assert set(doc) <= {"error", "type", "field"} and doc["error"] and doc["type"], doc
-    if field is not None:
-        assert doc.get("field") == field, doc
-
 
 def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
@@ -101,13 +84,15 @@ async def test_duplicate_inputs_and_route_versions_are_400(client):
     assert_error(r, 400, "version")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("datatype", ["FP32"]), ("datatype", {"a": 1}), ("name", ["pixels"]), ("shape", {"a": 1})])
-async def test_unhashable_or_mistyped_tensor_fields_are_400(client, field, value):
+@pytest.mark.parametrize("field, value, named", [
+    ("datatype", ["FP32"], "inputs.pixels.datatype"),
+    ("datatype", {"a": 1}, "inputs.pixels.datatype"),
+    ("name", ["pixels"], "inputs[0].name"),  # no usable name: the tensor's position
+    ("shape", {"a": 1}, "inputs.pixels.shape")])
+async def test_unhashable_or_mistyped_tensor_fields_are_400(client, field, value, named):
     doc = body()
     doc["inputs"][0][field] = value
-    r = await client.post("/v2/models/digits-small/infer", json=doc)
-    assert r.status_code == 400 and r.json()["field"].startswith("inputs"), r.text
+    assert_error(await client.post("/v2/models/digits-small/infer", json=doc), 400, named)
 
 
 @pytest.mark.parametrize("datatype, data", [

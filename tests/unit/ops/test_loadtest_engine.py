@@ -13,6 +13,7 @@ from deploy.loadtest._private.http import BodyEncoder, _dechunk, _parse_head, ou
 from deploy.loadtest._private.plan import PlannedRequest
 from deploy.loadtest._private.runner import Sample, run_open_loop
 from deploy.loadtest._private.stats import RunHistograms
+from tests.support.clocks import TickingClock
 
 
 def plan(offsets: list[float]) -> list[PlannedRequest]:
@@ -52,35 +53,53 @@ def test_run_histograms_round_trip_and_add() -> None:
 
 
 async def test_waiting_for_a_lane_is_latency_not_lag() -> None:
-    """One lane, 50 ms per call, three requests planned at once: they queue."""
+    """One lane, 50 ms per call (on a fake clock), three requests planned at once: they queue."""
+    clock = TickingClock(tick=1e-6)
+
     async def slow(req: LoadRequest) -> Outcome:
-        await asyncio.sleep(0.05)
+        clock.advance(0.05)
+        await asyncio.sleep(0)
         return Outcome(status=200)
 
-    samples = await run_open_loop(CallableTarget(slow), plan([0.0, 0.0, 0.0]), lanes=1)
+    samples = await run_open_loop(CallableTarget(slow), plan([0.0, 0.0, 0.0]), lanes=1,
+                                  clock=clock)
     lat = [s.latency_s for s in samples]
-    assert lat[0] == pytest.approx(0.05, abs=0.02)
-    assert lat[1] == pytest.approx(0.10, abs=0.03) and lat[2] == pytest.approx(0.15, abs=0.04)
-    assert samples[2].wait_s == pytest.approx(0.10, abs=0.03)
-    assert all(s.lag_s < 0.02 for s in samples)
-    assert all(s.service_s == pytest.approx(0.05, abs=0.02) for s in samples)
+    assert lat == pytest.approx([0.05, 0.10, 0.15], abs=1e-3)
+    assert [s.wait_s for s in samples] == pytest.approx([0.0, 0.05, 0.10], abs=1e-3)
+    assert [s.service_s for s in samples] == pytest.approx([0.05] * 3, abs=1e-3)
+    assert [s.lag_s for s in samples] == pytest.approx([0.0] * 3, abs=1e-3)  # sent on time
 
 
 async def test_unanswered_requests_end_as_timeouts_in_flight_or_queued() -> None:
+    clock = TickingClock(tick=1e-6)
     gate = asyncio.Event()
 
     async def never(req: LoadRequest) -> Outcome:
         await gate.wait()
         return Outcome(status=200)
 
-    samples = await run_open_loop(CallableTarget(never), plan([0.0, 0.01, 0.02, 0.03]),
-                                  lanes=2, timeout_s=0.2)
+    async def time_passes() -> None:  # the fake clock never runs ahead of the loop's
+        while True:
+            await asyncio.sleep(0.001)
+            clock.advance(0.001)
+
+    ticker = asyncio.create_task(time_passes())
+    try:
+        samples = await run_open_loop(CallableTarget(never), plan([0.0, 0.01, 0.02, 0.03]),
+                                      lanes=2, timeout_s=0.2, clock=clock)
+    finally:
+        ticker.cancel()
     assert [s.outcome.error for s in samples] == ["Timeout"] * 4
-    assert all(0.2 <= s.latency_s < 0.3 for s in samples)
-    # The two queued requests got a lane only when the first two expired (~0.2 s): that wait
-    # is in their latency, and they expired soon after being sent.
-    assert all(s.wait_s >= 0.15 and s.service_s < 0.1 for s in samples[2:])
-    assert all(s.wait_s < 0.01 and s.service_s >= 0.15 for s in samples[:2])
+    # Expired at their timeout, found by a sweep (every 20 ms of real time, on a fake clock
+    # that moves faster): never before it.
+    assert all(s.latency_s >= 0.2 for s in samples)
+    # The two queued requests got a lane only when the first two expired: that wait is in
+    # their latency, and the lane's short remainder is their service time.
+    first, queued = samples[:2], samples[2:]
+    assert all(s.lag_s == pytest.approx(0.0, abs=1e-3) for s in samples)  # sent on time
+    assert all(s.wait_s == pytest.approx(0.0, abs=1e-3) for s in first)
+    assert all(q.wait_s >= 0.2 - 0.03 and q.service_s < q.wait_s for q in queued)
+    assert all(s.latency_s == pytest.approx(s.lag_s + s.wait_s + s.service_s) for s in samples)
 
 
 def test_body_encoder_writes_the_v2_body() -> None:

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,21 +18,27 @@ pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(),
                                 reason="needs Linux /proc (process CPU and listening sockets)")
 
 
-_SPIN = "import time\nt = time.monotonic() + {s}\nwhile time.monotonic() < t: pass"
+# Burns ``s`` seconds of its own CPU time (however long a shared host takes to give them), says
+# "done", then sleeps until killed.
+_BURN = ("import sys, time\nt = time.process_time() + {s}\nwhile time.process_time() < t: pass\n"
+         "print('done', flush=True)\ntime.sleep(60)")
+_IDLE = "import time\nprint('done', flush=True)\ntime.sleep(60)"
+HANG_S = 60.0  # only a hang waits this long
 
 
-def _python(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code])
-
-
-def _cores_of(proc: subprocess.Popen, seconds: float) -> float | None:
-    time.sleep(0.3)  # past the interpreter's start-up
-    meter = CpuMeter(proc.pid)
-    meter.start()
-    time.sleep(seconds)
-    cores = meter.stop()
-    proc.wait()
-    return cores
+def _charged(code: str) -> tuple[float | None, float | None]:
+    """(CPU seconds of the process, the meter's reading over its run): measured from its
+    start until it says "done"."""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        meter = CpuMeter(proc.pid)
+        meter.start()
+        assert proc.stdout is not None and proc.stdout.readline() == "done\n"
+        cores = meter.stop()
+        return process_cpu_s(proc.pid), cores
+    finally:
+        proc.kill()
+        proc.wait(HANG_S)
 
 
 def test_the_listening_process_is_found_by_its_port():
@@ -46,15 +51,19 @@ def test_the_listening_process_is_found_by_its_port():
     assert listening_pid(port) is None  # closed
 
 
-def test_a_busy_process_measures_about_one_core_and_an_idle_one_about_none():
-    busy = _cores_of(_python(_SPIN.format(s=1.5)), 0.8)
-    assert busy is not None and 0.5 < busy <= 1.1  # one spinning thread (a shared host)
-    idle = _cores_of(_python("import time; time.sleep(1.5)"), 0.8)
-    assert idle is not None and idle < 0.2
+def test_a_busy_process_is_charged_its_cpu_time_and_an_idle_one_much_less():
+    busy_cpu, busy_cores = _charged(_BURN.format(s=1.5))
+    idle_cpu, idle_cores = _charged(_IDLE)
+    # CPU seconds, not wall time: the 1.5 s it burned (plus its start-up), whatever the share
+    # of a core it got; the idle one only its start-up.
+    assert busy_cpu is not None and idle_cpu is not None
+    assert 1.5 <= busy_cpu < 1.5 + idle_cpu + 2.0
+    assert idle_cpu < busy_cpu - 1.0
+    assert busy_cores is not None and idle_cores is not None and busy_cores > idle_cores >= 0
 
 
 def test_a_process_that_is_gone_or_unknown_gives_no_figure():
-    p = _python("pass")
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     assert process_cpu_s(p.pid) is None
     meter = CpuMeter(None)

@@ -28,8 +28,9 @@ from pool._private.queue import INITIAL_ROW_S, QueueState
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
-from tests.unit.pool.fakes import FakeClock
-from tests.unit.pool.test_worker_estimate import KEY, SometimesSlow
+from tests.support.clocks import FakeClock
+from tests.support.pool import SOMETIMES_SLOW as KEY
+from tests.support.pool import SometimesSlow
 
 NOW = 100.0
 

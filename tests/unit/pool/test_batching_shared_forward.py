@@ -1,18 +1,49 @@
-"""Concurrent single-row requests share one forward (benchmarks.batching, short runs)."""
+"""Concurrent single-row requests share one forward; a lone request is not held for rows that
+won't come. (How fast: benchmarks/batching.py, not here.)"""
 
 from __future__ import annotations
 
-import argparse
+import asyncio
 
-from benchmarks.batching import run
+import torch
+from torch import nn
+
+from pool import ModelKey
+from pool._private.worker import DeviceWorker
+from pool.device import DeviceSpec
+from tests.support.pool import config
+
+KEY = ModelKey("counted", "1")
 
 
-def test_concurrent_rows_share_a_forward_and_a_lone_request_does_not_wait(demo_repo_master):
-    out = run(argparse.Namespace(model="digits-small", seconds=0.5,
-                                 demo_repo=str(demo_repo_master)))
-    arms = out["arms"]
-    assert arms["unbatched"]["c16"]["rows_per_forward"] == 1.0
-    assert arms["batched"]["c16"]["rows_per_forward"] > 1.5  # 16 callers, one forward for many
-    # no wait configured: a lone closed-loop caller is never held back for rows that won't come
-    assert arms["batched"]["c1"]["p50_ms"] < arms["batched_wait_2ms"]["c1"]["p50_ms"]
-    assert arms["batched"]["c1"]["p50_ms"] < 2.0
+class CountedForwards(nn.Module):
+    """A real linear model that records the rows of each forward pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(16, 4)
+        self.rows: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows.append(int(x.shape[0]))
+        return self.lin(x)
+
+
+async def test_concurrent_rows_share_a_forward_and_a_lone_request_does_not_wait() -> None:
+    w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=1 << 20))
+    model = CountedForwards().eval()
+    try:
+        await w.add_model(KEY, config("counted", max_batch=16), lambda: model)
+        model.rows.clear()  # warm-up passes
+        xs = [torch.randn(1, 16) for _ in range(16)]
+        results = await asyncio.gather(*[w.infer(KEY, {"x": x}) for x in xs])
+        for x, r in zip(xs, results, strict=True):  # each caller gets its own row back
+            torch.testing.assert_close(r.outputs["y"], model.lin(x).detach())
+        assert sum(model.rows) == 16 and len(model.rows) < 16  # 16 callers, fewer forwards
+        assert max(r.batch_size for r in results) > 1
+        model.rows.clear()
+        lone = await asyncio.wait_for(w.infer(KEY, {"x": xs[0]}), 30.0)  # no batch wait set
+        assert lone.batch_size == 1 and model.rows == [1]
+    finally:
+        await w.close()

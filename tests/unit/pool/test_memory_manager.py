@@ -7,7 +7,8 @@ from policies.priority import Priority
 from pool._private.device_memory import ArenaMemory
 from pool._private.memory import MemoryManager
 from pool.errors import DeviceOutOfMemory
-from tests.unit.pool.fakes import FakeClock, FakeDeviceMemory
+from tests.support.clocks import FakeClock
+from tests.support.pool import FakeDeviceMemory
 
 I, G, R = Priority.INTERACTIVE, Priority.BACKGROUND, Priority.REALTIME
 

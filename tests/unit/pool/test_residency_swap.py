@@ -11,7 +11,7 @@ from pool import ModelKey
 from pool._private.residency import Residency
 from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
-from tests.unit.pool.test_worker_cpu import MODEL_BYTES, config
+from tests.support.pool import MODEL_BYTES, config
 
 I = Priority.INTERACTIVE
 

@@ -1,49 +1,19 @@
 """The real DeviceWorker on CPU with a budget-limited arena and tiny real torch models."""
 
 import asyncio
+import threading
 
 import pytest
 import torch
 from torch import nn
 
 from policies.priority import Priority
-from pool import ModelKey
 from pool._private.worker import DeviceWorker
-from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired
+from tests.support.pool import HIDDEN, MODEL_BYTES, Loader, config, key
 
 R, I, G = Priority.REALTIME, Priority.INTERACTIVE, Priority.BACKGROUND
-HIDDEN = 64
-MODEL_BYTES = 5 * 1024  # Linear(16,64)+Linear(64,4) packed with alignment: ~5.4 KB
-
-
-def config(name, max_batch=64):
-    return ModelConfig(
-        name=name, inputs=[{"name": "x", "dtype": "FP32", "shape": [16]}],
-        outputs=[{"name": "y", "dtype": "FP32", "shape": [4]}],
-        max_batch_size=max_batch, batch_wait_ms=0,
-    )
-
-
-class Loader:
-    """Builds a seeded MLP (optionally TorchScript); counts disk loads."""
-
-    def __init__(self, seed, script=False):
-        self.seed, self.script, self.calls = seed, script, 0
-
-    def build(self):
-        torch.manual_seed(self.seed)
-        m = nn.Sequential(nn.Linear(16, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 4)).eval()
-        return torch.jit.script(m) if self.script else m
-
-    def __call__(self):
-        self.calls += 1
-        return self.build()
-
-
-def key(i):
-    return ModelKey(f"m{i}", "1")
 
 
 @pytest.fixture
@@ -204,35 +174,51 @@ async def test_time_budgeted_chunks_split_a_batch_and_reassemble_its_rows():
         await w.close()
 
 
-class SlowLoader(Loader):
-    """A loader whose disk read takes ``delay_s`` after the first load (a reload from disk)."""
+class GatedLoader(Loader):
+    """A loader whose disk reads after the first wait for ``gate`` (a reload from disk that
+    takes as long as the test wants); ``reloading`` is set once such a read has begun."""
 
-    def __init__(self, seed, delay_s):
+    def __init__(self, seed):
         super().__init__(seed)
-        self.delay_s = delay_s
+        self.gate = threading.Event()
+        self.reloading = threading.Event()
 
     def __call__(self):
         if self.calls:
-            import time
-
-            time.sleep(self.delay_s)
+            self.reloading.set()
+            if not self.gate.wait(HANG_S):
+                raise TimeoutError("the test never opened the gate")
         return super().__call__()
+
+
+HANG_S = 30.0  # only a hang waits this long
+
+
+async def _until(flag: threading.Event) -> None:
+    """Wait, without blocking the loop, until another thread sets ``flag``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HANG_S
+    while not flag.is_set():
+        assert loop.time() < deadline, "the condition never came"
+        await asyncio.sleep(0.005)
 
 
 async def test_a_disk_reload_runs_off_the_loop_while_resident_models_serve(make_worker):
     w = make_worker(models_fit=1, host_budget=1 * 6 * 1024)
-    await w.add_model(key(0), config("m0"), SlowLoader(0, 0.5))
+    slow = GatedLoader(0)
+    await w.add_model(key(0), config("m0"), slow)
     await w.add_model(key(1), config("m1"), Loader(1))  # m0's host copy dropped
     x = torch.randn(2, 16)
     await w.infer(key(1), {"x": x})  # m1 resident, m0 evicted: m0 is on disk only
     assert w.status()["host_tier"] == [str(key(1))] and w.status()["resident"] == [str(key(1))]
     cold = asyncio.ensure_future(w.infer(key(0), {"x": x}))
-    await asyncio.sleep(0.05)  # the reload of m0 has started
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    r = await w.infer(key(1), {"x": x})
-    assert loop.time() - t0 < 0.3 and not cold.done()  # not held behind the 0.5 s disk read
-    assert torch.allclose(r.outputs["y"], Loader(1).build()(x), atol=1e-6)
+    try:
+        await _until(slow.reloading)  # the reload of m0 has started, and holds until told
+        r = await asyncio.wait_for(w.infer(key(1), {"x": x}), HANG_S)
+        assert not cold.done() and not slow.gate.is_set()  # m1 served during m0's disk read
+        assert torch.allclose(r.outputs["y"], Loader(1).build()(x), atol=1e-6)
+    finally:
+        slow.gate.set()
     out = await cold
     assert torch.allclose(out.outputs["y"], Loader(0).build()(x), atol=1e-6)
     assert w.status()["swaps"]["disk_loads"] == 1
@@ -240,14 +226,18 @@ async def test_a_disk_reload_runs_off_the_loop_while_resident_models_serve(make_
 
 async def test_a_request_waiting_on_a_disk_load_expires_at_its_deadline(make_worker):
     w = make_worker(models_fit=1, host_budget=1 * 6 * 1024)
-    await w.add_model(key(0), config("m0"), SlowLoader(0, 0.6))
+    slow = GatedLoader(0)
+    await w.add_model(key(0), config("m0"), slow)
     await w.add_model(key(1), config("m1"), Loader(1))
     await w.infer(key(1), {"x": torch.randn(1, 16)})  # m0 on disk only
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    with pytest.raises(RequestExpired):
-        await w.infer(key(0), {"x": torch.randn(1, 16)}, deadline=w._clock() + 0.2)
-    assert loop.time() - t0 < 0.45  # refused at its deadline, not after the load
+    try:
+        with pytest.raises(RequestExpired):
+            await asyncio.wait_for(
+                w.infer(key(0), {"x": torch.randn(1, 16)}, deadline=w._clock() + 0.2), HANG_S)
+        # Refused at its deadline while the load still holds: not after the load.
+        assert slow.reloading.is_set() and not slow.gate.is_set()
+    finally:
+        slow.gate.set()
 
 
 class ThreadRecorder(nn.Module):

@@ -8,37 +8,18 @@ every later request with a shorter budget be refused, forever: the model never r
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 
 import pytest
 import torch
-from torch import nn
 
 from policies.estimates import Pace
-from pool import ModelKey
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import RequestExpired
-from tests.unit.pool.fakes import FakeClock
-
-KEY = ModelKey("sometimes-slow", "1")
-
-
-class SometimesSlow(nn.Module):
-    """A real linear model whose forward blocks while ``hang`` is set (a hung kernel)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin = nn.Linear(4, 2)
-        self.hang = threading.Event()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.hang.is_set():
-            time.sleep(0.3)  # real time: the worker measures compute with perf_counter
-        return self.lin(x)
+from tests.support.clocks import FakeClock
+from tests.support.pool import SOMETIMES_SLOW as KEY
+from tests.support.pool import SometimesSlow
 
 
 @pytest.fixture

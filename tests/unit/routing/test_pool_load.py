@@ -7,16 +7,9 @@ from policies.priority import Priority
 from policies.spill import decide_spill
 from pool import RoutingStats
 from router.pool_load import PoolLoadBoard, PoolLoads, least_wait_s
+from tests.support.clocks import FakeClock
 
 P = Priority.INTERACTIVE
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def stats(replica: str, wait: float, at: float = 0.0) -> RoutingStats:
@@ -26,53 +19,53 @@ def stats(replica: str, wait: float, at: float = 0.0) -> RoutingStats:
 
 
 def test_board_keeps_every_replica_not_just_the_last_polled():
-    clock = Clock()
+    clock = FakeClock()
     board = PoolLoadBoard(ttl_s=5.0, clock=clock)
-    board.observe([stats("a", 0.4, at=clock.t)])
-    live = board.observe([stats("b", 0.05, at=clock.t)])  # the next poll reached the other one
+    board.observe([stats("a", 0.4, at=clock())])
+    live = board.observe([stats("b", 0.05, at=clock())])  # the next poll reached the other one
     assert sorted(s.replica for s in live) == ["a", "b"]
     assert least_wait_s(live, P) == pytest.approx(0.05)
 
 
 def test_newer_report_replaces_older_and_older_never_overwrites_newer():
-    clock = Clock()
+    clock = FakeClock()
     board = PoolLoadBoard(ttl_s=5.0, clock=clock)
-    board.observe([stats("a", 0.4, at=clock.t - 1)])
-    board.observe([stats("a", 0.1, at=clock.t)])
+    board.observe([stats("a", 0.4, at=clock() - 1)])
+    board.observe([stats("a", 0.1, at=clock())])
     assert [s.queue_delay_s[P] for s in board.live()] == [0.1]
-    board.observe([stats("a", 0.9, at=clock.t - 2)])  # a late poll answer with older stats
+    board.observe([stats("a", 0.9, at=clock() - 2)])  # a late poll answer with older stats
     assert [s.queue_delay_s[P] for s in board.live()] == [0.1]
 
 
 def test_stale_reports_expire_so_a_dead_replica_stops_counting():
-    clock = Clock()
+    clock = FakeClock()
     board = PoolLoadBoard(ttl_s=5.0, clock=clock)
-    board.observe([stats("dead", 0.0, at=clock.t), stats("busy", 0.6, at=clock.t)])
-    clock.t += 3.0
-    board.observe([stats("busy", 0.6, at=clock.t)])
+    board.observe([stats("dead", 0.0, at=clock()), stats("busy", 0.6, at=clock())])
+    clock.advance(3.0)
+    board.observe([stats("busy", 0.6, at=clock())])
     assert least_wait_s(board.live(), P) == 0.0  # "dead" still within its ttl
-    clock.t += 2.5
+    clock.advance(2.5)
     assert [s.replica for s in board.live()] == ["busy"]  # expired on read, too
     assert [s.replica for s in board.observe([])] == ["busy"]
     assert least_wait_s(board.live(), P) == pytest.approx(0.6)
 
 
 def test_report_without_publish_time_counts_from_its_arrival():
-    clock = Clock()
+    clock = FakeClock()
     board = PoolLoadBoard(ttl_s=2.0, clock=clock)
     board.observe([stats("a", 0.2)])
-    clock.t += 1.5
+    clock.advance(1.5)
     assert len(board.live()) == 1
-    clock.t += 1.0
+    clock.advance(1.0)
     assert board.live() == ()
 
 
 def test_spill_on_the_aggregate_follows_the_least_loaded_replica():
     # One replica is swamped, the other idle: the router sends the request to the idle one, so
     # spilling because the last poll happened to reach the swamped one would be wrong.
-    clock = Clock()
+    clock = FakeClock()
     board = PoolLoadBoard(ttl_s=5.0, clock=clock)
-    live = board.observe([stats("swamped", 1.0, at=clock.t), stats("idle", 0.01, at=clock.t)])
+    live = board.observe([stats("swamped", 1.0, at=clock()), stats("idle", 0.01, at=clock())])
     d = decide_spill(gpu=list(live), priority=P, deadline_s=0.2, compute_s=0.01, target="cpu")
     assert d.where == "gpu"
     alone = decide_spill(gpu=[stats("swamped", 1.0)], priority=P, deadline_s=0.2,
@@ -108,11 +101,11 @@ class FakePool:
 
 
 async def test_pool_loads_fold_the_poll_and_the_routers_view_per_pool():
-    clock = Clock()
-    busy = stats("a", 0.5, at=clock.t)
+    clock = FakeClock()
+    busy = stats("a", 0.5, at=clock())
     full = RoutingStats(device="cpu", resident=frozenset(), queue_delay_s=(0.0,) * 4,
                         queue_depth=(0,) * 4, memory_free_bytes=1, memory_total_bytes=10,
-                        replica="b", published_at=clock.t)
+                        replica="b", published_at=clock())
     loads = PoolLoads(ttl_s=5.0, clock=clock)
     assert loads.get("gpu") == ()
     await loads.refresh({"gpu": FakePool(busy, [busy, full])})
