@@ -15,6 +15,7 @@ import time
 
 import grpc
 
+from deploy.loadtest._private.grpc_null import serve_null_grpc
 from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
 
 __all__ = ["METHOD", "null_grpc_server", "run_grpc_load"]
@@ -67,21 +68,4 @@ def run_grpc_load(port: int, body: bytes, *, duration_s: float, concurrency: int
 
 def null_grpc_server(port: int, ready) -> None:
     """Serve ``ModelInfer`` with a fixed answer until killed (run it in its own process)."""
-    answer = pb.ModelInferResponse(model_name="null")
-    answer.parameters["degraded"].bool_param = False
-    payload = answer.SerializeToString()
-
-    async def infer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        return payload
-
-    async def main() -> None:
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-            "inference.GRPCInferenceService", {"ModelInfer": grpc.unary_unary_rpc_method_handler(
-                infer, request_deserializer=_identity, response_serializer=_identity)}),))
-        server.add_insecure_port(f"127.0.0.1:{port}")
-        await server.start()
-        ready.set()
-        await server.wait_for_termination()
-
-    asyncio.run(main())
+    asyncio.run(serve_null_grpc(port, ready))
