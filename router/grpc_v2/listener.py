@@ -41,6 +41,9 @@ class GrpcSettings(BaseModel):
     max_message_bytes: int | None = Field(
         None, gt=0, description="Largest request message; bigger ones are refused "
         "(RESOURCE_EXHAUSTED) before decoding. Null: the app's max_body_bytes.")
+    deadline_margin_ms: float = Field(
+        20.0, ge=0, description="Taken off a call's gRPC deadline to make the request's: its "
+        "answer (at worst its fallback's) is on the wire before the client gives up.")
     drain_s: float = Field(10.0, ge=0, description="On shutdown, wait this long for calls in "
                                                    "flight before closing connections.")
 

@@ -5,8 +5,9 @@ same ``InferenceRequest`` built by ``router.http_infer.request_from_v2`` from th
 shape, the same admission (the replica's shared ``router.edge.EdgeGate``), then the pipeline's
 validation, cache, chain and call log. Only the wire differs.
 
-- The call's gRPC deadline is the request's deadline (a ``deadline_ms`` / ``timeout``
-  parameter may only shorten it), counted from arrival here; a chain that has a fallback answers
+- The call's gRPC deadline, less ``grpc.deadline_margin_ms`` for the way back, is the request's
+  deadline (a ``deadline_ms`` / ``timeout`` parameter may only shorten it), counted from arrival
+  here; a chain that has a fallback answers
   within it, labelled, else the call ends ``DEADLINE_EXCEEDED``.
 - A client that cancels cancels the handler's task, and with it the pipeline's work (the pool
   call is cancelled too): nothing keeps running for an answer nobody reads.
@@ -107,14 +108,17 @@ class InferenceService:
     """The service's methods; :meth:`handler` registers them on a ``grpc.aio`` server.
 
     ``gate``: the replica's shared admission (None: no edge, as ``edge.enabled: false``);
-    ``default_deadline_ms``: the app's, for admission of a call that names none.
+    ``default_deadline_ms``: the app's, for admission of a call that names none;
+    ``deadline_margin_ms``: taken off the gRPC deadline for the answer's way back.
     """
 
     def __init__(self, front: Frontend, *, gate: EdgeGate | None, default_deadline_ms: float,
+                 deadline_margin_ms: float = 20.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.front = front
         self.gate = gate
         self.default_deadline_ms = default_deadline_ms
+        self.deadline_margin_ms = deadline_margin_ms
         self.clock = clock
         self.ongoing = 0  # ModelInfer calls in flight, for Serve's autoscaler (one loop: no lock)
 
@@ -201,8 +205,9 @@ class InferenceService:
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         arrived = self.clock()
         remaining = context.time_remaining()  # None: the caller set no gRPC deadline
-        if remaining is not None and remaining <= 0:
-            raise DeadlineExceeded("deadline: the call's gRPC deadline had passed on arrival",
+        budget_ms = None if remaining is None else remaining * 1e3 - self.deadline_margin_ms
+        if budget_ms is not None and budget_ms <= 0:
+            raise DeadlineExceeded("deadline: the call's gRPC deadline leaves no time to answer",
                                    field="deadline")
         name, version = request.model_name, request.model_version or None
         if not name:
@@ -214,7 +219,7 @@ class InferenceService:
                     if isinstance(v, str)}
         req = request_from_v2(name, version, decoded, caller_key=presented_key(metadata),
                               arrival_s=arrived,
-                              max_deadline_ms=None if remaining is None else remaining * 1e3)
+                              max_deadline_ms=budget_ms)
         gate = self.gate
         if gate is None:
             return encode_model_infer(await self.front.infer(req), decoded, raw=raw)

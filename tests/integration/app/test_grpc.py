@@ -132,32 +132,17 @@ def test_unknown_version_and_output_and_bad_parameter(client):
             and "parameters.cache_skip_read" in e.value.message())
 
 
-def test_short_grpc_deadline_gets_the_chains_labelled_answer(client):
-    # chaos-hang hangs 3 s on the control row; its chain ends in rules: answered within the
-    # gRPC deadline, labelled
-    started = time.monotonic()
-    res = _infer(client, "chaos-hang", iris_rows(1, HANG), name="features", client_timeout=1.5)
-    assert time.monotonic() - started < 1.5
-    p = _params(res)
-    assert p["degraded"] is True and p["served_by"] == "rules:iris-rule", p
-    assert p.get("reason"), p
-
-
 @pytest.fixture(scope="module")
-def hang_model(app, client):
-    """A chaos model with no fallback, for deadline and cancel tests (its own name)."""
-    make_chaos_model(app.repo, "grpc-hang", hang_s=4.0, deadline_ms=30000)
-    app.wait_for(lambda: client.is_model_ready("grpc-hang"), 60, "grpc-hang loaded")
-    return "grpc-hang"
-
-
-def test_short_grpc_deadline_without_fallback_is_deadline_exceeded(client, hang_model):
-    with pytest.raises(InferenceServerException) as e:
-        _infer(client, hang_model, iris_rows(1, HANG), name="features", client_timeout=0.5)
-    assert _status(e) == "StatusCode.DEADLINE_EXCEEDED"
-    # and the service goes on answering
-    assert _infer(client, hang_model, iris_rows(1), name="features").as_numpy(
-        "logits").shape == (1, 3)
+def hang_models(app, client):
+    """Two fresh chaos models with no fallback, one per test below. Fresh on purpose: a model's
+    first runs are on the pool's device thread (policies.inline), so a hang leaves the pool's
+    event loop free, and no earlier hang has taught the pool a 4 s service time."""
+    names = ("grpc-deadline", "grpc-cancel")
+    for name in names:
+        make_chaos_model(app.repo, name, hang_s=4.0, deadline_ms=30000)
+    for name in names:
+        app.wait_for(lambda n=name: client.is_model_ready(n), 60, f"{name} loaded")
+    return dict(zip(("deadline", "cancel"), names, strict=True))
 
 
 def _queued(http, label: str) -> int:
@@ -173,20 +158,34 @@ def _queued(http, label: str) -> int:
     return walk(r.json()["pools"])
 
 
-def test_client_cancel_leaves_no_work_behind(client, http, hang_model):
+def _wait_idle(client, timeout_s: float = 20.0) -> None:
+    """Until the pool's device is free: an earlier test's hang may still hold it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        t0 = time.monotonic()
+        _infer(client, "digits-small", np.zeros((1, 64)), client_timeout=30,
+               parameters={"cache_skip_read": True, "cache_skip_write": True})
+        if time.monotonic() - t0 < 0.3:
+            return
+        assert time.monotonic() < deadline, "the pool's device stayed busy"
+
+
+def test_client_cancel_leaves_no_work_behind(client, http, hang_models):
     # A holds the model's device for 4 s; B (background class, so its queue depth is its own)
     # queues behind it; B's caller cancels: B's queued work goes at once, while A still runs,
     # and the service goes on answering.
+    model = hang_models["cancel"]
+    _wait_idle(client)
     answers: list = []
     started = time.monotonic()
-    a = client.async_infer(hang_model, [_input("features", iris_rows(1, HANG))],
-                           callback=lambda result, error: answers.append(("a", error)),
-                           client_timeout=20)
+    client.async_infer(model, [_input("features", iris_rows(1, HANG))],
+                       callback=lambda result, error: answers.append(("a", error)),
+                       client_timeout=30)
     time.sleep(0.5)
-    b = client.async_infer(hang_model, [_input("features", iris_rows(2))], priority=3,
+    b = client.async_infer(model, [_input("features", iris_rows(1))], priority=3,
                            callback=lambda result, error: answers.append(("b", error)),
-                           client_timeout=20)
-    _wait(lambda: _queued(http, "background") == 1, "B queued behind A")
+                           client_timeout=30)
+    _wait(lambda: _queued(http, "background") >= 1, f"B queued behind A ({answers})")
     b.cancel()
     _wait(lambda: _queued(http, "background") == 0, "B's queued work dropped while A runs",
           timeout_s=2.0)
@@ -194,9 +193,28 @@ def test_client_cancel_leaves_no_work_behind(client, http, hang_model):
     _wait(lambda: len(answers) == 2, "both callbacks")
     got = dict(answers)
     assert got["a"] is None and "CANCELLED" in str(got["b"]), got
-    del a
-    assert _infer(client, hang_model, iris_rows(1), name="features").as_numpy(
-        "logits").shape == (1, 3)
+    assert _infer(client, "digits-small", np.zeros((1, 64))).as_numpy("logits").shape == (1, 10)
+
+
+def test_short_grpc_deadline_gets_the_chains_labelled_answer(client):
+    # chaos-hang hangs 3 s on the control row; its chain ends in rules: answered within the
+    # gRPC deadline, labelled
+    started = time.monotonic()
+    res = _infer(client, "chaos-hang", iris_rows(1, HANG), name="features", client_timeout=1.5)
+    assert time.monotonic() - started < 1.5
+    p = _params(res)
+    assert p["degraded"] is True and p["served_by"] == "rules:iris-rule", p
+    assert p.get("reason"), p
+
+
+def test_short_grpc_deadline_without_fallback_is_deadline_exceeded(client, hang_models):
+    _wait_idle(client)  # the hang above may still hold the device: this one must start
+    with pytest.raises(InferenceServerException) as e:
+        _infer(client, hang_models["deadline"], iris_rows(1, HANG), name="features",
+               client_timeout=0.5)
+    assert _status(e) == "StatusCode.DEADLINE_EXCEEDED"
+    # and the service goes on answering
+    assert _infer(client, "digits-small", np.zeros((1, 64))).as_numpy("logits").shape == (1, 10)
 
 
 def _input(name: str, x: np.ndarray) -> tg.InferInput:
