@@ -2,10 +2,11 @@
 (``router.listener``): a ``grpc.aio`` server on the replica's own event loop, serving
 ``inference.GRPCInferenceService`` (``router.grpc_v2.service``).
 
-Why here and not behind Ray Serve's gRPC proxy: the proxy adds a hop (proxy actor, then a
-handle call into the replica) to every call, the hop that Timeshare's HTTP listener already
-skips for 1.5-2x the requests per second (docs/PERFORMANCE.md); ``benchmarks.grpc_throughput``
-measures this listener beside HTTP.
+Why here and not behind Ray Serve's gRPC proxy: the proxy runs the same ``grpc.aio`` server
+and adds a hop (proxy actor, then a handle call into the replica) to every call, the hop that
+Timeshare's HTTP listener already skips for 1.5-2x the requests per second
+(docs/PERFORMANCE.md). That is reasoned, not measured: ``benchmarks.grpc_throughput`` measures
+this listener beside HTTP only (docs/BENCHMARKS.md).
 
 - Every ingress replica of a node binds the same port (gRPC sets ``SO_REUSEPORT``): the kernel
   spreads connections over them, as with the HTTP listener.
