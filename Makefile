@@ -6,7 +6,7 @@ VENV   ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
-.PHONY: serve test lint install clean deps-system
+.PHONY: serve test lint install clean deps-system grpc-stubs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ deps-system:
 
 test: $(VENV)/.installed deps-system
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The Open Inference Protocol's gRPC messages (router/grpc_v2), committed, regenerated only when
+# the .proto changes (grpcio-tools from the test extra). Into a private descriptor pool, not the
+# process-wide one: tritonclient.grpc registers the same `inference.*` names, and a process
+# (a test, a benchmark) may import both.
+grpc-stubs: $(VENV)/.installed
+	$(PY) -m grpc_tools.protoc -Irouter/grpc_v2 --python_out=router/grpc_v2/_generated \
+	  --pyi_out=router/grpc_v2/_generated router/grpc_v2/grpc_predict_v2.proto
+	sed -i 's/^DESCRIPTOR = _descriptor_pool.Default()/DESCRIPTOR = _descriptor_pool.DescriptorPool()/' \
+	  router/grpc_v2/_generated/grpc_predict_v2_pb2.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,8 +47,8 @@ from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 from router.edge_state import EdgeState
 from router.loop_load import LoopLoad
 
-__all__ = ["ARRIVAL_KEY", "EdgeMiddleware", "EdgeSettings", "EdgeState", "arrival_s",
-           "mount_edge", "shed_reason"]
+__all__ = ["ADMITTED", "ARRIVAL_KEY", "EdgeGate", "EdgeMiddleware", "EdgeSettings", "EdgeState",
+           "Verdict", "arrival_s", "mount_edge", "shed_reason"]
 
 ARRIVAL_KEY = "timeshare.arrival_s"
 SHED_KEY = "timeshare.shed"
@@ -157,21 +158,74 @@ def _is_infer(scope: Scope) -> bool:
             and path.endswith(("/infer", "/infer_stream")))
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The edge's answer to one request: go on (:data:`ADMITTED`); go on marked shed
+    (``shed_reason``: only its cache hit or local fallback answers it, labelled); or refused
+    (``refused``: the message, answered at once as overloaded, retry after ``retry_after_s``)."""
+
+    shed_reason: str | None = None
+    refused: str | None = None
+    retry_after_s: int = 1
+
+
+ADMITTED = Verdict()
+
+
+class EdgeGate:
+    """The edge's admission: one state (work in flight, service time) and one loop-load measure
+    per ingress replica, shared by every front door (the HTTP edge, the gRPC service), so all of
+    them feed and read the same admission model."""
+
+    def __init__(self, settings: EdgeSettings, *, clock: Callable[[], float] = time.monotonic,
+                 loop_load: LoopLoad | None = None) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock,
+                               standing_window_s=settings.admission.standing_window_s)
+        self.loop_load = loop_load or LoopLoad()
+
+    def decide(self, priority: Priority, *, elapsed_s: float, deadline_s: float) -> Verdict:
+        """Admit, shed to the fallback, or refuse one request (``policies.edge``); a caller
+        that admits it brackets the work with ``state.started`` / ``state.finished``."""
+        cfg = self.settings.admission
+        st = self.state
+        if admits_at_once(total=st.total, service_s=st.service_s, priority=priority,
+                          elapsed_s=elapsed_s, deadline_s=deadline_s, config=cfg):
+            return ADMITTED
+        decision = decide_edge(st.snapshot(), priority=priority, elapsed_s=elapsed_s,
+                               deadline_s=deadline_s, config=cfg)
+        if decision.admit:
+            return ADMITTED
+        st.count(f"shed:{priority.label}")
+        why = (f"{decision.reason}: predicted queue delay "
+               f"{decision.predicted_delay_s * 1e3:.0f} ms")
+        if not self.settings.shed_to_fallback or not fallback_affordable(
+                loop_busy=self.loop_load.busy,
+                max_loop_busy=self.settings.fallback_max_loop_busy):
+            return Verdict(refused=f"{why}; retry later", retry_after_s=decision.retry_after_s)
+        return Verdict(shed_reason=f"shed at the edge: {why}",
+                       retry_after_s=decision.retry_after_s)
+
+
 class EdgeMiddleware:
-    """Pure ASGI middleware; see the module docstring. ``max_body_bytes``: the app's limit."""
+    """Pure ASGI middleware; see the module docstring. ``max_body_bytes``: the app's limit;
+    ``gate``: the replica's shared admission (a private one when not given)."""
 
     def __init__(self, app: ASGIApp, *, settings: EdgeSettings, max_body_bytes: int,
                  default_deadline_ms: float, clock: Callable[[], float] = time.monotonic,
-                 infer: InferHandler | None = None, loop_load: LoopLoad | None = None) -> None:
+                 infer: InferHandler | None = None, loop_load: LoopLoad | None = None,
+                 gate: EdgeGate | None = None) -> None:
         self.app = app
         self.infer = infer
         self.settings = settings
         self.max_body_bytes = max_body_bytes
         self.default_deadline_s = default_deadline_ms / 1000.0
         self.clock = clock
-        self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock,
-                               standing_window_s=settings.admission.standing_window_s)
-        self.loop_load = loop_load or LoopLoad()
+        self.gate = gate if gate is not None else EdgeGate(settings, clock=clock,
+                                                           loop_load=loop_load)
+        self.state = self.gate.state
+        self.loop_load = self.gate.loop_load
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -193,30 +247,17 @@ class EdgeMiddleware:
             self.state.count(f"refused:{r.args4[0]}")
             await _respond(send, *r.args4)
             return
-        cfg = self.settings.admission
-        elapsed, deadline = self.clock() - arrived, self._deadline_s(scope, body)
-        st = self.state
-        if admits_at_once(total=st.total, service_s=st.service_s, priority=priority,
-                          elapsed_s=elapsed, deadline_s=deadline, config=cfg):
+        verdict = self.gate.decide(priority, elapsed_s=self.clock() - arrived,
+                                   deadline_s=self._deadline_s(scope, body))
+        if verdict is ADMITTED:
             await self._forward(scope, receive, send, body, priority, arrived)
-            return
-        decision = decide_edge(st.snapshot(), priority=priority, elapsed_s=elapsed,
-                               deadline_s=deadline, config=cfg)
-        if not decision.admit:
-            self.state.count(f"shed:{priority.label}")
-            why = (f"{decision.reason}: predicted queue delay "
-                   f"{decision.predicted_delay_s * 1e3:.0f} ms")
-            if not self.settings.shed_to_fallback or not fallback_affordable(
-                    loop_busy=self.loop_load.busy,
-                    max_loop_busy=self.settings.fallback_max_loop_busy):
-                await _respond(send, decision.status, f"{why}; retry later", "Overloaded",
-                               "priority", decision.retry_after_s)
-                return
-            scope[SHED_KEY] = f"shed at the edge: {why}"
+        elif verdict.refused is not None:
+            await _respond(send, 503, verdict.refused, "Overloaded", "priority",
+                           verdict.retry_after_s)
+        else:
+            scope[SHED_KEY] = verdict.shed_reason
             await self._app(scope, body, receive,
-                            _with_retry_after(send, decision.retry_after_s), arrived)
-            return
-        await self._forward(scope, receive, send, body, priority, arrived)
+                            _with_retry_after(send, verdict.retry_after_s), arrived)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes,
                        priority: Priority, arrived: float) -> None:
@@ -342,11 +383,13 @@ class EdgeMiddleware:
 
 
 def mount_edge(app: Any, *, settings: EdgeSettings, max_body_bytes: int,
-               default_deadline_ms: float, infer: InferHandler | None = None) -> Any:
+               default_deadline_ms: float, infer: InferHandler | None = None,
+               gate: EdgeGate | None = None) -> Any:
     """Wrap a Starlette/FastAPI ``app`` with the edge (outermost), in place; returns ``app``.
-    ``infer``: answers plain v2 infer requests without the app's routing (see the handler)."""
+    ``infer``: answers plain v2 infer requests without the app's routing (see the handler);
+    ``gate``: the admission shared with the replica's other front doors."""
     app.add_middleware(EdgeMiddleware, settings=settings, max_body_bytes=max_body_bytes,
-                       default_deadline_ms=default_deadline_ms, infer=infer)
+                       default_deadline_ms=default_deadline_ms, infer=infer, gate=gate)
     return app
 
 

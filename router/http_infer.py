@@ -85,14 +85,19 @@ def _number(p: dict[str, Any], key: str) -> float | None:
 
 def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
                     caller_key: str | None = None, arrival_s: float | None = None,
-                    shed_reason: str | None = None) -> InferenceRequest:
+                    shed_reason: str | None = None,
+                    max_deadline_ms: float | None = None) -> InferenceRequest:
     """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras;
-    ``arrival_s`` and ``shed_reason``: the edge's stamps, set in the constructor)."""
+    ``arrival_s`` and ``shed_reason``: the edge's stamps, set in the constructor;
+    ``max_deadline_ms``: the transport's own deadline (gRPC's), which a parameter may only
+    shorten)."""
     p = decoded.parameters
     deadline_ms = _number(p, "deadline_ms")
     timeout = _number(p, "timeout")
     if deadline_ms is None and timeout is not None and timeout > 0:
         deadline_ms = timeout / 1000.0  # Triton's timeout is in microseconds
+    if max_deadline_ms is not None and (deadline_ms is None or deadline_ms > max_deadline_ms):
+        deadline_ms = max_deadline_ms
     for key in ("text", "caller"):
         if p.get(key) is not None and not isinstance(p[key], str):
             raise InvalidRequest(f"parameters.{key}: expected a string, got {p[key]!r}",

@@ -31,12 +31,14 @@ from router.cache import ResultCache
 from router.cache._private.metrics import register_error_rate_metric
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
-from router.edge import mount_edge
+from router.edge import EdgeGate, mount_edge
 from router.errors import (
     InvalidRequest,
     ModelNotFound,
     ServiceUnavailable,
 )
+from router.grpc_v2.listener import start_grpc
+from router.grpc_v2.service import InferenceService
 from router.http import build_http_app
 from router.http_infer import InferEndpoint
 from router.listener import LISTENER_METRIC, start_listener
@@ -90,11 +92,17 @@ class Ingress:
                                                  self.breakers.states().items()})
         self.pipeline = self._build_pipeline(s)
         self._infer_endpoint = InferEndpoint(self)
+        # one admission for every front door of this replica: HTTP (both ports) and gRPC
+        self._gate = EdgeGate(s.edge) if s.edge.enabled else None
         self._app = mount_edge(build_http_app(self), settings=s.edge,
                                max_body_bytes=s.max_body_bytes,
                                default_deadline_ms=s.default_deadline_ms,
-                               infer=self._infer_endpoint)
+                               infer=self._infer_endpoint, gate=self._gate)
         self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
+        self._grpc = await start_grpc(  # #39: the Open Inference Protocol over gRPC
+            InferenceService(self, gate=self._gate, default_deadline_ms=s.default_deadline_ms,
+                             deadline_margin_ms=s.grpc.deadline_margin_ms),
+            s.grpc, max_message_bytes=s.max_body_bytes)
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]
         if alerter is not None:
             self._start_alerting(s)
@@ -140,6 +148,8 @@ class Ingress:
             return
         if (listener := getattr(self, "_listener", None)) is not None:
             await listener.stop()  # first: its requests in flight still need the rest
+        if (grpc_listener := getattr(self, "_grpc", None)) is not None:
+            await grpc_listener.stop()
         await cancel_and_wait(self._tasks)
         await self.pipeline.close()
         await self.call_log.close(timeout_s=2.0)
@@ -149,8 +159,11 @@ class Ingress:
         if self._local is not None:
             await self._local.close()
 
-    async def record_autoscaling_stats(self) -> dict[str, float]:  # Serve's count + listener's
-        return {LISTENER_METRIC: float(self._listener.ongoing if self._listener else 0)}
+    async def record_autoscaling_stats(self) -> dict[str, float]:  # Serve's count + listeners'
+        ongoing = self._listener.ongoing if self._listener else 0
+        if self._grpc is not None:
+            ongoing += self._grpc.service.ongoing
+        return {LISTENER_METRIC: float(ongoing)}
 
     # -- background ---------------------------------------------------------------------------
     async def _fetch_index(self):

@@ -9,6 +9,7 @@ by the pipeline); a fallback to another model resolves and validates for that mo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -64,7 +65,14 @@ class RemotePoolClient:
         self._infer = handle.infer  # bound once: attribute lookup on a handle builds a new one
 
     async def run(self, work: PoolWork) -> PoolReply:
-        return unwrap(await self._infer.remote(work))
+        response = self._infer.remote(work)
+        try:
+            return unwrap(await response)
+        except asyncio.CancelledError:
+            # The caller went away (a gRPC client cancelled): awaiting a Serve response does
+            # not cancel the call, so cancel it, and the pool drops the queued work.
+            response.cancel()
+            raise
 
     async def index(self) -> dict[str, ModelIndexEntry]:
         return await self._h.index.remote()

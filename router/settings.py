@@ -19,6 +19,7 @@ from pool.publish import PublishSettings
 from pool.trust import TrustSettings
 from router.cache import CacheSettings
 from router.edge import EdgeSettings
+from router.grpc_v2.listener import GrpcSettings
 from router.listener import ListenerSettings
 from router.scaling import AutoscalingSettings
 
@@ -131,6 +132,10 @@ class AppSettings(BaseModel):
     listener: ListenerSettings = Field(
         default_factory=ListenerSettings,
         description="Timeshare's own HTTP port in every ingress replica (router.listener).")
+    grpc: GrpcSettings = Field(
+        default_factory=GrpcSettings,
+        description="The Open Inference Protocol over gRPC in every ingress replica "
+                    "(router.grpc_v2): port, bind address, message size limit.")
     quotas: QuotaConfig | None = Field(None, description="Per-caller concurrency/rate limits.")
     alerting: dict[str, Any] | None = Field(
         None, description="alerting.AlertingConfig; null = no alerter deployment.")

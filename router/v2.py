@@ -24,7 +24,8 @@ from router.schemas import InferenceResponse
 from router.validation import cast_checked
 
 __all__ = ["DecodedRequest", "decode_infer_request", "encode_infer_response", "model_metadata",
-           "route_metadata", "parse_decimal", "check_bool"]
+           "route_metadata", "parse_decimal", "check_bool", "check_requested",
+           "response_parameters", "wire_dtype"]
 
 HEADER_LENGTH = "inference-header-content-length"
 # keyed by the dtype itself: ``dtype.name`` costs microseconds per call
@@ -212,7 +213,16 @@ def _all_finite(arr: np.ndarray, data: list[Any]) -> bool:
     return bool(np.isfinite(arr).all())
 
 
-def _wire_dtype(arr: np.ndarray) -> str:
+def check_requested(wanted: Any, response: InferenceResponse) -> None:
+    """Every output name in ``wanted`` is one the answer holds, else InvalidRequest naming it."""
+    missing = sorted(set(wanted) - set(response.outputs))
+    if missing:
+        raise _bad(f"unknown output; available {sorted(response.outputs)}",
+                   f"outputs.{missing[0]}")
+
+
+def wire_dtype(arr: np.ndarray) -> str:
+    """The v2 datatype name of ``arr``'s dtype (FP32 for one the protocol has no name for)."""
     return _NP_TO_WIRE.get(arr.dtype) or _NAME_TO_WIRE.get(arr.dtype.name, "FP32")
 
 
@@ -222,17 +232,14 @@ def encode_infer_response(
     """Build the v2 response body (JSON, or JSON header + binary tensors) and headers."""
     wanted = dict(decoded.outputs) if decoded.outputs is not None else None
     if wanted is not None:
-        missing = sorted(set(wanted) - set(response.outputs))
-        if missing:
-            raise _bad(f"unknown output; available {sorted(response.outputs)}",
-                       f"outputs.{missing[0]}")
+        check_requested(wanted, response)
     outs, blobs = [], []
     finite = True
     for name, value in response.outputs.items():
         if wanted is not None and name not in wanted:
             continue
         arr = np.ascontiguousarray(value)
-        entry: dict[str, Any] = {"name": name, "datatype": _wire_dtype(arr),
+        entry: dict[str, Any] = {"name": name, "datatype": wire_dtype(arr),
                                  "shape": list(arr.shape)}
         if (wanted[name] if wanted is not None else decoded.binary_all):
             blob = arr.tobytes()

@@ -101,7 +101,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _with_url(cfg: LoadTestConfig, url: str) -> LoadTestConfig:
     """``cfg`` with ``target.url`` replaced (validated like the file's)."""
-    target = TargetConfig.model_validate({**cfg.target.model_dump(), "url": url, "app": None})
+    target = TargetConfig.model_validate({**cfg.target.model_dump(), "url": url, "app": None,
+                                          "grpc": None})
     return cfg.model_copy(update={"target": target})
 
 

@@ -42,7 +42,8 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 class TargetConfig(BaseModel):
-    """Where requests go: an HTTP base URL speaking KServe v2 JSON, or a Ray Serve app's handle."""
+    """Where requests go: an HTTP base URL speaking KServe v2 JSON, the gRPC address of the Open
+    Inference Protocol's ``ModelInfer``, or a Ray Serve app's handle."""
 
     model_config = _STRICT
 
@@ -52,6 +53,11 @@ class TargetConfig(BaseModel):
     app: str | None = Field(
         None, description="Ray Serve application name (e.g. timeshare): requests go through "
         "serve.get_app_handle(app).infer, as another Ray app would call it."
+    )
+    grpc: str | None = Field(
+        None, description="host:port of inference.GRPCInferenceService (Timeshare's grpc.port, "
+        "e.g. 127.0.0.1:8101): requests go as ModelInfer calls with raw tensors, as "
+        "tritonclient.grpc sends them, from this process."
     )
     timeout_s: float = Field(
         30.0, gt=0, description="A request not answered this long after its planned send time "
@@ -74,12 +80,27 @@ class TargetConfig(BaseModel):
                              f"HTTP/1.1), got {v!r}")
         return v.rstrip("/")
 
+    @field_validator("grpc")
+    @classmethod
+    def _grpc(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or "/" in v:
+            raise ValueError(f"target.grpc must be host:port (no scheme), got {v!r}")
+        return v
+
     @model_validator(mode="after")
     def _one_target(self) -> TargetConfig:
-        if (self.url is None) == (self.app is None):
-            raise ValueError(f"target: give exactly one of url or app, got url={self.url!r} "
-                             f"app={self.app!r}")
+        if sum(t is not None for t in (self.url, self.app, self.grpc)) != 1:
+            raise ValueError(f"target: give exactly one of url, grpc or app, got "
+                             f"url={self.url!r} grpc={self.grpc!r} app={self.app!r}")
         return self
+
+    @property
+    def described(self) -> str:
+        """The target as a report names it."""
+        return self.url or (f"grpc://{self.grpc}" if self.grpc else f"app {self.app}")
 
 
 class RandomRange(BaseModel):

@@ -256,7 +256,7 @@ def write_report(result: LoadTestResult, out_dir: str | Path) -> ReportPaths:
         _latency_plot(result, i, p)
         plots.append(p)
     lines = [f"# Load test: {cfg.name}", "",
-             f"**Verdict: {'PASS' if result.ok else 'FAIL'}** — target {cfg.target.url}, "
+             f"**Verdict: {'PASS' if result.ok else 'FAIL'}** — target {cfg.target.described}, "
              f"{cfg.arrival.process} arrivals, {cfg.duration_s:g} s measured after "
              f"{cfg.warmup_s:g} s warm-up per rate, models "
              + ", ".join(f"{m.name} (weight {m.weight:g})" for m in cfg.models) + ".", "",

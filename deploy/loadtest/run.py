@@ -17,6 +17,7 @@ from deploy.loadtest._private.runner import RunProgress, Sample, run_open_loop
 from deploy.loadtest._private.stats import RunHistograms, find_knee, summarize_run
 from deploy.loadtest._private.workers import run_http
 from deploy.loadtest.config import LoadTestConfig
+from deploy.loadtest.grpc_target import GrpcTarget
 from deploy.loadtest.handle import HandleTarget, connect_app
 from deploy.loadtest.target import Target
 
@@ -82,7 +83,8 @@ async def run_loadtest(
 ) -> LoadTestResult:
     """Run every rate of ``cfg``.
 
-    ``target`` given (any ``Target``) or ``cfg.target.app``: in this process. Otherwise HTTP to
+    ``target`` given (any ``Target``), ``cfg.target.app`` or ``cfg.target.grpc``: in this
+    process. Otherwise HTTP to
     ``cfg.target.url`` from ``workers`` generator processes (``cfg.workers``, else one per core).
     ``floor=True`` first measures the tool's own floor at the highest rate (see
     ``measure_floor``). ``progress=None`` draws the bar only when ``stream`` is a TTY.
@@ -92,6 +94,10 @@ async def run_loadtest(
         target = HandleTarget(connect_app(cfg.target.app))
         # This process is then the tool (a Ray driver of its own): its event loop's thread
         # wakes on schedule like the HTTP workers (Ray's own threads keep their policy).
+        scheduling = request_realtime() if cfg.realtime else "normal"
+    elif target is None and cfg.target.grpc is not None:
+        target = GrpcTarget(cfg.target.grpc, timeout_s=cfg.target.timeout_s,
+                            max_connections=cfg.target.max_connections)
         scheduling = request_realtime() if cfg.realtime else "normal"
     n_workers = 1 if target is not None else (workers or cfg.workers or os.cpu_count() or 1)
     floor_fig = await measure_floor(cfg, workers=n_workers, in_process=target is not None) \

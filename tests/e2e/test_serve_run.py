@@ -41,10 +41,27 @@ def workdir(demo_repo_master, tmp_path) -> tuple[Path, int, int]:
     cfg = yaml.safe_load((ROOT / "deploy" / "config.yaml").read_text())
     cfg["http_options"]["port"] = port
     cfg["applications"][0]["args"]["listener"]["port"] = listener_port
+    cfg["applications"][0]["args"]["grpc"]["port"] = _free_port()
     (tmp_path / "deploy" / "config.yaml").write_text(yaml.safe_dump(cfg))
     shutil.copy(ROOT / "deploy" / "routes.yaml", tmp_path / "deploy" / "routes.yaml")
     shutil.copytree(demo_repo_master, tmp_path / "var" / "model_repository")
     return tmp_path, port, listener_port
+
+
+def _assert_grpc_serves(cwd: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """The config's gRPC listener (router.grpc_v2) answers the unmodified tritonclient.grpc."""
+    import tritonclient.grpc as tg
+
+    cfg = yaml.safe_load((cwd / "deploy" / "config.yaml").read_text())
+    client = tg.InferenceServerClient(f"127.0.0.1:{cfg['applications'][0]['args']['grpc']['port']}")
+    try:
+        assert client.is_server_ready() and client.is_model_ready("digits-small")
+        inp = tg.InferInput("pixels", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x.astype(np.float32))
+        pred = client.infer("digits-small", [inp], client_timeout=30).as_numpy("logits").argmax(1)
+        assert (pred == y).mean() > 0.9
+    finally:
+        client.close()
 
 
 def _assert_bounded_graphs_run_inline(port: int, x: np.ndarray) -> None:
@@ -118,6 +135,7 @@ def test_serve_run_config_answers_over_http(workdir, ray_settings):
         assert (np.asarray(out["data"]).reshape(out["shape"]).argmax(1) == y).mean() > 0.9
         assert httpx.get(f"http://127.0.0.1:{listener_port}/v2/health/ready").status_code == 200
         _assert_bounded_graphs_run_inline(listener_port, x[:1])
+        _assert_grpc_serves(cwd, x, y)
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # serve run shuts the app and its Ray down on ^C
         try:

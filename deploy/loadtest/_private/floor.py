@@ -16,12 +16,14 @@ import time
 from typing import Any
 
 from deploy.loadtest._private.engine import RunProgress
+from deploy.loadtest._private.grpc_null import null_grpc
 from deploy.loadtest._private.nullserver import null_server
 from deploy.loadtest._private.plan import build_plan
 from deploy.loadtest._private.runner import run_open_loop
 from deploy.loadtest._private.stats import summarize_run
 from deploy.loadtest._private.workers import run_http
 from deploy.loadtest.config import LoadTestConfig
+from deploy.loadtest.grpc_target import GrpcTarget
 from deploy.loadtest.target import CallableTarget, LoadRequest, Outcome
 
 __all__ = ["LAG_LIMIT_MS", "freeze", "measure_floor", "null_config", "run_null"]
@@ -36,7 +38,7 @@ def null_config(cfg: LoadTestConfig, *, url: str, rate: float, duration_s: float
                 warmup_s: float) -> LoadTestConfig:
     """``cfg`` (same payloads, mix, arrivals, connections) aimed at ``url`` at one ``rate``."""
     raw = cfg.model_dump(mode="json")
-    raw["target"] = {**raw["target"], "url": url, "app": None}
+    raw["target"] = {**raw["target"], "url": url, "app": None, "grpc": None}
     raw["arrival"] = {"process": cfg.arrival.process, "rate": rate, "seed": cfg.arrival.seed}
     raw.update(duration_s=duration_s, warmup_s=warmup_s, slo={},
                stability={"window_s": duration_s / 2, "windows": 2, "tolerance": 1.0})
@@ -71,9 +73,23 @@ async def measure_floor(cfg: LoadTestConfig, *, workers: int, in_process: bool,
                         rate: float | None = None) -> dict[str, Any]:
     """The tool's added latency and send lag at ``rate`` (default: the highest configured)
     with this config's traffic, against a null target: the null server in another process for
-    HTTP, an instant in-process target for a handle target (the engine's cost; the Ray handle's
-    own cost is not in it)."""
+    HTTP, a null gRPC server in another process for gRPC (the same client: its cost is in
+    it), an instant in-process target for a handle target (the engine's cost; the Ray
+    handle's own cost is not in it)."""
     rate = rate or max(cfg.arrival.rate_list)
+    ncfg = null_config(cfg, url="http://127.0.0.1:1", rate=rate, duration_s=_FLOOR_S,
+                       warmup_s=_FLOOR_WARMUP_S)
+    if cfg.target.grpc is not None:  # the same gRPC client against a null gRPC server
+        with null_grpc() as address:
+            target = GrpcTarget(address, timeout_s=cfg.target.timeout_s,
+                                max_connections=cfg.target.max_connections)
+            try:
+                samples = await run_open_loop(target, build_plan(ncfg, rate),
+                                              lanes=cfg.target.max_connections)
+            finally:
+                await target.aclose()
+        return floor_figures(summarize_run(samples, cfg=ncfg, rate=rate), workers=1,
+                             transport="grpc")
     if not in_process:
         with null_server() as (_, url):
             run = await run_null(cfg, workers=workers, url=url, rate=rate, duration_s=_FLOOR_S)
@@ -82,8 +98,6 @@ async def measure_floor(cfg: LoadTestConfig, *, workers: int, in_process: bool,
     async def instant(req: LoadRequest) -> Outcome:
         return Outcome(status=200)
 
-    ncfg = null_config(cfg, url="http://127.0.0.1:1", rate=rate, duration_s=_FLOOR_S,
-                       warmup_s=_FLOOR_WARMUP_S)
     samples = await run_open_loop(CallableTarget(instant), build_plan(ncfg, rate),
                                   lanes=cfg.target.max_connections)
     run = summarize_run(samples, cfg=ncfg, rate=rate)

@@ -38,6 +38,7 @@ class App:
     redis: RedisServer | None
     receiver: Any
     call_log: Path
+    grpc: str | None = None  # host:port of the gRPC listener (router.grpc_v2)
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)

@@ -73,7 +73,7 @@ def app(demo_repo_master, tmp_path_factory):
     if redis:
         redis.start()
     receiver = start_receiver()
-    http_port = free_port()
+    http_port, grpc_port = free_port(), free_port()
     call_log = root / "calllog.jsonl"
     # 6 logical CPUs: this app takes 3 replicas of one CPU each; the listener's autoscaling
     # test adds an app that grows to 3 more (Ray schedules by these counts, not by cores)
@@ -98,11 +98,12 @@ def app(demo_repo_master, tmp_path_factory):
         "cpu_pool": {"placement": "deployment", "memory_budget_mb": 512},
         # only the fault tests' dedicated caller is limited; every other caller is unlimited
         "quotas": {"callers": {"faults-quota": {"rate_per_s": 0.5, "burst": 2}}},
+        "grpc": {"port": grpc_port},  # the Open Inference Protocol over gRPC (test_grpc.py)
     }
     serve.run(build_app(args), name="timeshare", route_prefix="/")
     url = f"http://127.0.0.1:{http_port}"
     a = App(url=url, repo=repo, handle=serve.get_app_handle("timeshare"), redis=redis,
-            receiver=receiver, call_log=call_log)
+            receiver=receiver, call_log=call_log, grpc=f"127.0.0.1:{grpc_port}")
     a.wait_for(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 200, 120, "ready")
     yield a
     serve.shutdown()

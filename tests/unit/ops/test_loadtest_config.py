@@ -56,8 +56,8 @@ def test_demo_config_is_valid_and_as_specified() -> None:
     ({"target": {"url": "127.0.0.1:8000"}}, ("must start with http:// (the generator speaks "
      "plain HTTP/1.1), got '127.0.0.1:8000'")),
     ({"target": {"url": "https://x"}}, "got 'https://x'"),
-    ({"target": {"url": "http://x", "app": "timeshare"}}, "exactly one of url or app"),
-    ({"target": {}}, "exactly one of url or app"),
+    ({"target": {"url": "http://x", "app": "timeshare"}}, "exactly one of url, grpc or app"),
+    ({"target": {}}, "exactly one of url, grpc or app"),
     ({"workers": 0}, "workers: Input should be greater than or equal to 1"),
     ({"priorities": {"urgent": 1}}, "priorities.urgent"),
     ({"callers": {"a": 0}}, "weights must be positive, got {'a': 0.0}"),

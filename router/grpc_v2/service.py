@@ -1,0 +1,245 @@
+"""``inference.GRPCInferenceService`` (the Open Inference Protocol over gRPC) over a ``Frontend``.
+
+Every call enters the request path the HTTP API uses: the same ``Frontend`` (the ingress), the
+same ``InferenceRequest`` built by ``router.http_infer.request_from_v2`` from the same decoded
+shape, the same admission (the replica's shared ``router.edge.EdgeGate``), then the pipeline's
+validation, cache, chain and call log. Only the wire differs.
+
+- The call's gRPC deadline, less ``grpc.deadline_margin_ms`` for the way back, is the request's
+  deadline (a ``deadline_ms`` / ``timeout`` parameter may only shorten it), counted from arrival
+  here; a chain that has a fallback answers
+  within it, labelled, else the call ends ``DEADLINE_EXCEEDED``.
+- A client that cancels cancels the handler's task, and with it the pipeline's work (the pool
+  call is cancelled too): nothing keeps running for an answer nobody reads.
+- Errors are status codes, never ``UNKNOWN``, and ``INTERNAL`` only for a bug of ours:
+  ``INVALID_ARGUMENT`` (bad input, including a body that is not the method's protobuf message),
+  ``NOT_FOUND``, ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` (keys travel as metadata
+  ``authorization: Bearer KEY`` or ``x-api-key``), ``RESOURCE_EXHAUSTED`` (over a quota, or a
+  message over the size limit, refused by gRPC before it is decoded), ``UNAVAILABLE`` (shed or
+  overloaded) and ``DEADLINE_EXCEEDED``. The message names the field and the trailing metadata
+  carries ``timeshare-field``; ``UNAVAILABLE`` and ``RESOURCE_EXHAUSTED`` carry ``retry-after``
+  (whole seconds, as HTTP's header).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from router.edge import ADMITTED, EdgeGate
+from router.errors import (
+    DeadlineExceeded,
+    Forbidden,
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    QuotaExceeded,
+    ServiceUnavailable,
+    TimeshareError,
+    Unauthorized,
+)
+from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
+from router.grpc_v2.codec import decode_model_infer, encode_model_infer, metadata_response
+from router.http import Frontend
+from router.http_infer import check_name, presented_key, request_from_v2
+
+__all__ = ["SERVICE", "InferenceService", "STATUS_CODES"]
+
+log = logging.getLogger("ray.serve")
+
+SERVICE = "inference.GRPCInferenceService"
+STATUS_CODES: dict[type[TimeshareError], grpc.StatusCode] = {
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    ModelNotFound: grpc.StatusCode.NOT_FOUND,
+    PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Unauthorized: grpc.StatusCode.UNAUTHENTICATED,
+    Forbidden: grpc.StatusCode.PERMISSION_DENIED,
+    QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ServiceUnavailable: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+_RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+class _Overloaded(ServiceUnavailable):
+    """Refused at admission, with the edge's retry hint."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, field="priority")
+        self.retry_after_s = retry_after_s
+
+
+class _Malformed:
+    """What the lenient deserializer returns for bytes that are not the method's message."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _lenient(message: type[Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except (DecodeError, ValueError) as e:
+            return _Malformed(f"body: not a valid {message.DESCRIPTOR.full_name} ({e})")
+    return parse
+
+
+async def _abort(context: grpc.aio.ServicerContext, e: TimeshareError,
+                 retry_after_s: int | None = None) -> None:
+    code = STATUS_CODES.get(type(e)) or next(
+        (c for t, c in STATUS_CODES.items() if isinstance(e, t)), grpc.StatusCode.INTERNAL)
+    trailing: list[tuple[str, str]] = [("timeshare-error", type(e).__name__)]
+    if e.field is not None:
+        trailing.append(("timeshare-field", e.field))
+    if code in _RETRY:
+        trailing.append(("retry-after", str(retry_after_s or getattr(e, "retry_after_s", 1))))
+    await context.abort(code, e.message, trailing_metadata=tuple(trailing))
+
+
+class InferenceService:
+    """The service's methods; :meth:`handler` registers them on a ``grpc.aio`` server.
+
+    ``gate``: the replica's shared admission (None: no edge, as ``edge.enabled: false``);
+    ``default_deadline_ms``: the app's, for admission of a call that names none;
+    ``deadline_margin_ms``: taken off the gRPC deadline for the answer's way back.
+    """
+
+    def __init__(self, front: Frontend, *, gate: EdgeGate | None, default_deadline_ms: float,
+                 deadline_margin_ms: float = 20.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.front = front
+        self.gate = gate
+        self.default_deadline_ms = default_deadline_ms
+        self.deadline_margin_ms = deadline_margin_ms
+        self.clock = clock
+        self.ongoing = 0  # ModelInfer calls in flight, for Serve's autoscaler (one loop: no lock)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        methods: dict[str, tuple[Callable[..., Awaitable[Any]], type[Any], type[Any]]] = {
+            "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
+            "ServerReady": (self.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
+            "ModelReady": (self.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+            "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest,
+                               pb.ServerMetadataResponse),
+            "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest,
+                              pb.ModelMetadataResponse),
+            "ModelInfer": (self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._guarded(fn), request_deserializer=_lenient(req),
+                response_serializer=resp.SerializeToString)
+            for name, (fn, req, resp) in methods.items()})
+
+    def _guarded(self, fn: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+                 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+        """``fn`` with the error mapping: typed errors to status codes, a bug to INTERNAL."""
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                if isinstance(request, _Malformed):
+                    raise InvalidRequest(request.message, field="body")
+                return await fn(request, context)
+            except TimeshareError as e:
+                await _abort(context, e)
+            except Exception as e:  # a bug of ours: INTERNAL, never a crash of the server
+                log.exception("unhandled error in %s", getattr(fn, "__name__", fn))
+                await context.abort(grpc.StatusCode.INTERNAL,
+                                    f"internal error ({type(e).__name__})")
+        return call
+
+    # -- health and metadata --------------------------------------------------------------------
+    async def server_live(self, request: pb.ServerLiveRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request: pb.ServerReadyRequest,
+                           context: grpc.aio.ServicerContext) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(
+            ready=any(e.ready for e in self.front.live_models().values()))
+
+    async def model_ready(self, request: pb.ModelReadyRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ModelReadyResponse:
+        """Ready or not, as HTTP's ``/ready`` (an unknown model is not ready)."""
+        name, version = request.name, request.version or None
+        check_name("name", name)
+        check_name("version", version)
+        try:
+            await self.front.model_ready(name, version)
+        except TimeshareError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=True)
+
+    async def server_metadata(self, request: pb.ServerMetadataRequest,
+                              context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="timeshare", version="0.1.0",
+                                         extensions=["model_repository", "timeshare_status"])
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest,
+                             context: grpc.aio.ServicerContext) -> pb.ModelMetadataResponse:
+        if not request.name:
+            raise InvalidRequest("name: expected a model or route name", field="name")
+        check_name("name", request.name)
+        check_name("version", request.version or None)
+        return metadata_response(await self.front.model_metadata(request.name,
+                                                                 request.version or None))
+
+    # -- inference ------------------------------------------------------------------------------
+    async def model_infer(self, request: pb.ModelInferRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        self.ongoing += 1
+        try:
+            return await self._infer(request, context)
+        finally:
+            self.ongoing -= 1
+
+    async def _infer(self, request: pb.ModelInferRequest,
+                     context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        arrived = self.clock()
+        remaining = context.time_remaining()  # None: the caller set no gRPC deadline
+        budget_ms = None if remaining is None else remaining * 1e3 - self.deadline_margin_ms
+        if budget_ms is not None and budget_ms <= 0:
+            raise DeadlineExceeded("deadline: the call's gRPC deadline leaves no time to answer",
+                                   field="deadline")
+        name, version = request.model_name, request.model_version or None
+        if not name:
+            raise InvalidRequest("model_name: expected a model or route name", field="model_name")
+        check_name("model_name", name)
+        check_name("model_version", version)
+        decoded, raw = decode_model_infer(request)
+        metadata = {k: v for k, v in context.invocation_metadata() or ()
+                    if isinstance(v, str)}
+        req = request_from_v2(name, version, decoded, caller_key=presented_key(metadata),
+                              arrival_s=arrived,
+                              max_deadline_ms=budget_ms)
+        gate = self.gate
+        if gate is None:
+            return encode_model_infer(await self.front.infer(req), decoded, raw=raw)
+        gate.loop_load.touch()
+        deadline_ms = req.deadline_ms or self.default_deadline_ms
+        verdict = gate.decide(req.priority, elapsed_s=self.clock() - arrived,
+                              deadline_s=deadline_ms / 1e3)
+        if verdict is ADMITTED:
+            started = self.clock()
+            gate.state.started(req.priority)
+            try:
+                response = await self.front.infer(req)
+            finally:
+                gate.state.finished(req.priority, started)
+            return encode_model_infer(response, decoded, raw=raw)
+        if verdict.refused is not None:
+            raise _Overloaded(verdict.refused, verdict.retry_after_s)
+        req.shed_reason = verdict.shed_reason  # only its cache hit or local fallback answers
+        try:
+            response = await self.front.infer(req)
+        except ServiceUnavailable as e:
+            raise _Overloaded(e.message, verdict.retry_after_s) from None
+        return encode_model_infer(response, decoded, raw=raw)

@@ -1,0 +1,192 @@
+"""router.grpc_v2 without Ray: the codec on real protobuf messages, and the service on a real
+``grpc.aio`` server over a small Frontend (errors as status codes with trailing metadata, the
+shared edge gate's refusal as UNAVAILABLE with a retry hint, a malformed body as
+INVALID_ARGUMENT)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from policies.edge import EdgeConfig
+from policies.priority import Priority
+from router.edge import EdgeGate, EdgeSettings
+from router.errors import (
+    Forbidden,
+    InvalidRequest,
+    QuotaExceeded,
+    ServiceUnavailable,
+    TimeshareError,
+    Unauthorized,
+)
+from router.grpc_v2 import GrpcSettings, InferenceService, start_grpc
+from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
+from router.grpc_v2.codec import decode_model_infer, encode_model_infer
+from router.http import Frontend
+from router.schemas import InferenceRequest, InferenceResponse
+
+X = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def _request(*, raw: bool = True, datatype: str = "FP32", x: np.ndarray = X) -> Any:
+    req = pb.ModelInferRequest(model_name="m", id="r1")
+    t = req.inputs.add(name="x", datatype=datatype, shape=list(x.shape))
+    if raw:
+        req.raw_input_contents.append(x.tobytes())
+    else:
+        t.contents.fp32_contents.extend(x.reshape(-1).tolist())
+    return req
+
+
+@pytest.mark.parametrize("raw", [True, False])
+def test_raw_and_typed_tensors_decode_alike_and_answer_in_kind(raw):
+    decoded, got_raw = decode_model_infer(_request(raw=raw))
+    assert got_raw is raw and decoded.request_id == "r1"
+    np.testing.assert_array_equal(decoded.inputs["x"], X)
+    answer = InferenceResponse(model="m", version="1", outputs={"y": X * 2}, request_id="r1",
+                               served_by="cpu:m@1")
+    resp = encode_model_infer(answer, decoded, raw=raw)
+    assert resp.id == "r1" and resp.outputs[0].shape == [2, 3]
+    y = (np.frombuffer(resp.raw_output_contents[0], np.float32) if raw
+         else np.asarray(resp.outputs[0].contents.fp32_contents, np.float32))
+    np.testing.assert_array_equal(y.reshape(2, 3), X * 2)
+    assert resp.parameters["served_by"].string_param == "cpu:m@1"
+    assert resp.parameters["degraded"].bool_param is False
+
+
+def test_fp16_outputs_are_raw_even_for_a_typed_request():
+    decoded, _ = decode_model_infer(_request(raw=False))
+    answer = InferenceResponse(model="m", outputs={"y": X.astype(np.float16)}, request_id="r1",
+                               served_by="cpu:m@1")
+    resp = encode_model_infer(answer, decoded, raw=False)
+    assert resp.outputs[0].datatype == "FP16" and len(resp.raw_output_contents) == 1
+
+
+def _mutate(kind: str) -> Any:
+    req = _request()
+    if kind == "bytes":
+        req.raw_input_contents[0] = b"\0" * 5
+    elif kind == "count":
+        req.raw_input_contents.append(b"")
+    elif kind == "both":
+        req.inputs[0].contents.fp32_contents.append(1.0)
+    elif kind == "datatype":
+        req.inputs[0].datatype = "FP33"
+    elif kind == "typed_kind":
+        req = _request(raw=False)
+        req.inputs[0].contents.int_contents.append(1)
+    elif kind == "fp16_typed":
+        req = _request(raw=False, datatype="FP16")
+    elif kind == "param":
+        req.parameters["caller"].Clear()
+    elif kind == "negative":
+        req.inputs[0].shape[0] = -1
+    return req
+
+
+@pytest.mark.parametrize("kind, field", [
+    ("bytes", "inputs.x raw_input_contents"), ("count", "raw_input_contents"),
+    ("both", "inputs.x.contents"), ("datatype", "inputs.x.datatype"),
+    ("typed_kind", "inputs.x.contents"), ("fp16_typed", "inputs.x.contents"),
+    ("param", "parameters.caller"), ("negative", "inputs.x.shape"),
+])
+def test_bad_tensors_name_the_field(kind, field):
+    with pytest.raises(InvalidRequest) as e:
+        decode_model_infer(_mutate(kind))
+    assert e.value.field == field and e.value.message.startswith(field)
+
+
+class _Front(Frontend):
+    """Answers, or raises the error it was given; records the requests it saw."""
+
+    def __init__(self) -> None:
+        self.error: TimeshareError | None = None
+        self.seen: list[InferenceRequest] = []
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        self.seen.append(request)
+        if self.error is not None:
+            raise self.error
+        return InferenceResponse(model=request.model, outputs={"y": X}, served_by="cpu:m@1",
+                                 request_id=request.request_id)
+
+    def live_models(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.fixture
+async def served():
+    front = _Front()
+    gate = EdgeGate(EdgeSettings(shed_to_fallback=False, admission=EdgeConfig(max_in_flight=4)))
+    service = InferenceService(front, gate=gate, default_deadline_ms=5000)
+    listener = await start_grpc(service, GrpcSettings(port=_free_port()), max_message_bytes=4096)
+    assert listener is not None and listener.port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{listener.port}") as channel:
+        yield front, gate, channel
+    await listener.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _call(channel, body: bytes, metadata=(), timeout: float | None = 10):
+    call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                               request_serializer=lambda b: b,
+                               response_deserializer=pb.ModelInferResponse.FromString)
+    return await call(body, metadata=metadata, timeout=timeout)
+
+
+@pytest.mark.parametrize("error, code", [
+    (Unauthorized("caller_key: unknown key", field="caller_key"), "UNAUTHENTICATED"),
+    (Forbidden("caller: the key is not 'bob'", field="caller"), "PERMISSION_DENIED"),
+    (QuotaExceeded("caller: over its rate", field="caller"), "RESOURCE_EXHAUSTED"),
+    (ServiceUnavailable("model: no replica", field="model"), "UNAVAILABLE"),
+])
+async def test_errors_are_status_codes_with_the_field_and_a_retry_hint(served, error, code):
+    front, _, channel = served
+    front.error = error
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await _call(channel, _request().SerializeToString())
+    assert e.value.code().name == code and e.value.details() == error.message
+    trailing = dict(e.value.trailing_metadata())
+    assert trailing["timeshare-field"] == error.field
+    assert ("retry-after" in trailing) is (code in ("RESOURCE_EXHAUSTED", "UNAVAILABLE"))
+
+
+async def test_key_metadata_and_grpc_deadline_reach_the_request(served):
+    front, _, channel = served
+    await _call(channel, _request().SerializeToString(),
+                metadata=(("authorization", "Bearer k1"),), timeout=2.0)
+    req = front.seen[-1]
+    assert req.caller_key == "k1" and 1000 < req.deadline_ms <= 2000 - 20 and req.arrival_s
+
+
+async def test_the_shared_gate_refuses_with_unavailable_and_retry_after(served):
+    _, gate, channel = served
+    for _ in range(8):  # HTTP requests in flight on the same gate: over the batch class's share
+        gate.state.started(Priority.BATCH)
+    req = _request()
+    req.parameters["priority"].string_param = "batch"
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await _call(channel, req.SerializeToString())
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "overload" in e.value.details()
+    assert int(dict(e.value.trailing_metadata())["retry-after"]) >= 1
+
+
+async def test_malformed_and_oversized_bodies(served):
+    _, _, channel = served
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await _call(channel, b"\xff\xff\xff")
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "body" in e.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await _call(channel, _request(x=np.zeros((64, 64), np.float32)).SerializeToString())
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (await _call(channel, _request().SerializeToString())).outputs[0].name == "y"
