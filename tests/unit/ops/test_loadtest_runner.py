@@ -33,12 +33,16 @@ async def test_every_planned_request_is_sent_once_without_waiting_for_answers() 
     in_flight = 0
     peak = 0
 
+    took: dict[str, float] = {}
+
     async def slow(req: LoadRequest) -> Outcome:
         nonlocal in_flight, peak
         seen.append(req.request_id)
         in_flight += 1
         peak = max(peak, in_flight)
+        t0 = time.perf_counter()  # the runner's clock
         await asyncio.sleep(0.2)  # 40 planned sends fall inside one answer
+        took[req.request_id] = time.perf_counter() - t0
         in_flight -= 1
         return Outcome(status=200)
 
@@ -46,7 +50,8 @@ async def test_every_planned_request_is_sent_once_without_waiting_for_answers() 
     assert sorted(seen) == sorted(p.request.request_id for p in plan)
     assert [s.request_id for s in samples] == [p.request.request_id for p in plan]
     assert peak > 10  # open loop: later sends did not wait for earlier answers
-    assert all(s.latency_s >= 0.2 for s in samples)
+    # a sample's latency encloses its answer's own time (a relation, not a wall-clock bound)
+    assert all(s.latency_s >= took[s.request_id] for s in samples)
 
 
 async def test_exceptions_become_error_classes() -> None:
