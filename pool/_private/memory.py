@@ -117,22 +117,14 @@ class MemoryManager:
         self._running[key] = self._running.get(key, 0) + 1
 
     def stop_running(self, key: str) -> None:
-        n = self._running.get(key, 0) - 1
-        if n > 0:
-            self._running[key] = n
-        else:
-            self._running.pop(key, None)
+        _release_one(self._running, key)
 
     def pin(self, key: str) -> None:
         """A caller keeps ``key`` resident until :meth:`unpin` (e.g. while it is being filled)."""
         self._pinned[key] = self._pinned.get(key, 0) + 1
 
     def unpin(self, key: str) -> None:
-        n = self._pinned.get(key, 0) - 1
-        if n > 0:
-            self._pinned[key] = n
-        else:
-            self._pinned.pop(key, None)
+        _release_one(self._pinned, key)
 
     def admit(
         self,
@@ -225,3 +217,12 @@ class MemoryManager:
                 break
             self._evict(more.victims[0], evict)
         raise DeviceOutOfMemory(f"{key}: allocation of {nbytes} bytes failed after evicting")
+
+
+def _release_one(counts: dict[str, int], key: str) -> None:
+    """One holder of ``key`` lets go (the key leaves ``counts`` with its last holder)."""
+    n = counts.get(key, 0) - 1
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
