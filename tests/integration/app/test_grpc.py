@@ -15,7 +15,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from deploy.demo_data import load_splits
-from tests.integration.app.appkit import API_KEY, HANG, iris_rows, make_chaos_model, v2_body
+from tests.integration.app.appkit import HANG, make_chaos_model
+from tests.support.app import API_KEY
+from tests.support.v2 import iris_rows, v2_body
 
 
 @pytest.fixture(scope="module")
