@@ -40,12 +40,11 @@ from policies.scheduling import (
     SchedulingPolicy,
     get_scheduling_policy,
 )
+from pool._private.answers import answer_batch
 from pool._private.chunk import (
     INLINE_AFTER_RUNS,
     Batch,
     BatchBuilder,
-    join_rows,
-    name_outputs,
     warm_up,
     warmed_loader,
 )
@@ -53,7 +52,7 @@ from pool._private.cuda_executor import CudaExecutor
 from pool._private.device_memory import DeviceMemory
 from pool._private.executor import DeviceExecutor, ThreadExecutor
 from pool._private.loads import BackgroundLoads
-from pool._private.queue import ModelQueue, Pending, QueueState, fail
+from pool._private.queue import ModelQueue, QueueState, fail
 from pool._private.reporting import worker_counters, worker_status
 from pool._private.residency import Residency
 from pool.config import ModelConfig
@@ -445,51 +444,11 @@ class DeviceWorker:
         return True
 
     def _answer(self, b: Batch) -> None:
-        """Give each request its rows and answer finished ones."""
-        entry = b.entry
+        """Close the batch's swap-in, then give each request its rows (``answers``)."""
         if b.swap is not None:
             b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
             b.swap = None
-        outputs = name_outputs(entry.config, b.raw)
-        if len(b.parts) == 1 and b.parts[0][2] == b.parts[0][0].rows:
-            self._answer_whole(b, b.parts[0][0], outputs)  # one request, whole: no slicing
-            return
-        # numpy callers (the pool's host) get numpy views: one conversion per batch, and a
-        # numpy slice costs a tenth of a tensor slice
-        arrays: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()}
-                                   if any(p.as_numpy for p, _, _ in b.parts) else dict(outputs))
-        tensors: dict[str, Rows] = dict(outputs)
-        compute_s, swap_s = b.device_s, b.swap_s
-        whole = len(b.parts) == 1
-        offset = 0
-        for p, first, n in b.parts:
-            src = arrays if p.as_numpy else tensors
-            p.parts.append((first, src if whole else {k: v[offset: offset + n]
-                                                      for k, v in src.items()}))
-            offset += n
-            p.done += n
-            p.compute_s += compute_s
-            p.swap_s += swap_s
-            p.batch = max(p.batch, b.rows)
-            if p.done >= p.rows:
-                self._finish(p)
-        entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
-
-    def _answer_whole(self, b: Batch, p: Pending, outputs: dict[str, torch.Tensor]) -> None:
-        p.done = p.rows
-        p.compute_s += b.device_s
-        p.swap_s += b.swap_s
-        p.batch = max(p.batch, b.rows)
-        if not p.future.done():
-            outs: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
-                                     else dict(outputs))
-            p.parts.append((0, outs))
-            self._finish(p)
-        queue = b.entry.queue
-        if len(queue) == 1 and queue[0] is p:
-            queue.clear()
-        else:
-            b.entry.queue = [q for q in queue if q.done < q.rows and not q.future.done()]
+        answer_batch(b, self.device.label)
 
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""
@@ -527,15 +486,3 @@ class DeviceWorker:
             for p in entry.queue:
                 fail(p, error)
         self._pump()
-
-    def _finish(self, p: Pending) -> None:
-        if p.future.done():
-            return
-        if len(p.parts) == 1:
-            outs = p.parts[0][1]
-        else:
-            p.parts.sort(key=lambda part: part[0])
-            outs = {k: join_rows([part[k] for _, part in p.parts]) for k in p.parts[0][1]}
-        queue_ms = ((p.first_start or p.arrival) - p.arrival) * 1e3
-        p.future.set_result(WorkResult(outs, queue_ms, p.compute_s * 1e3, p.swap_s * 1e3,
-                                       p.batch, self.device.label))
