@@ -105,6 +105,7 @@ class _Front(Frontend):
     def __init__(self) -> None:
         self.error: TimeshareError | None = None
         self.seen: list[InferenceRequest] = []
+        self.service: Any = None  # the service it fronts (set by the fixture)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         self.seen.append(request)
@@ -122,6 +123,7 @@ async def served():
     front = _Front()
     gate = EdgeGate(EdgeSettings(shed_to_fallback=False, admission=EdgeConfig(max_in_flight=4)))
     service = InferenceService(front, gate=gate, default_deadline_ms=5000)
+    front.service = service  # tests adjust its settings between calls
     listener = await start_grpc(service, GrpcSettings(port=_free_port()), max_message_bytes=4096)
     assert listener is not None and listener.port
     async with grpc.aio.insecure_channel(f"127.0.0.1:{listener.port}") as channel:
@@ -163,10 +165,17 @@ async def test_errors_are_status_codes_with_the_field_and_a_retry_hint(served, e
 
 async def test_key_metadata_and_grpc_deadline_reach_the_request(served):
     front, _, channel = served
-    await _call(channel, _request().SerializeToString(),
-                metadata=(("authorization", "Bearer k1"),), timeout=2.0)
+    key = (("authorization", "Bearer k1"),)
+    await _call(channel, _request().SerializeToString(), metadata=key, timeout=2.0)
     req = front.seen[-1]
-    assert req.caller_key == "k1" and 1000 < req.deadline_ms <= 2000 - 20 and req.arrival_s
+    # The 2 s deadline arrives as the request's (gRPC's timeout header "may round up", per grpc
+    # core's timeout encoding: seen 2007.8 ms remaining here, so no exact bound at 2000 - 20).
+    assert req.caller_key == "k1" and 1000 < req.deadline_ms < 2100 and req.arrival_s
+    # The margin for the way back is taken off it: pinned against a call whose margin is
+    # 500 ms larger, which the header's rounding cannot blur.
+    front.service.deadline_margin_ms += 500
+    await _call(channel, _request().SerializeToString(), metadata=key, timeout=2.0)
+    assert front.seen[-1].deadline_ms == pytest.approx(req.deadline_ms - 500, abs=200)
 
 
 async def test_the_shared_gate_refuses_with_unavailable_and_retry_after(served):
