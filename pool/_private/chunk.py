@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,7 +28,7 @@ from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.types import Rows
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "Batch", "BatchBuilder", "device_thread",
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "Batch", "BatchBuilder",
            "join_rows", "name_outputs", "run_on_cpu", "warm_up", "warmed_loader", "with_threads"]
 
 T = TypeVar("T")
@@ -72,15 +71,6 @@ class Batch:
     keep: list = field(default_factory=list)  # staging buffers held until completion (CUDA)
     loop: Any = None  # the event loop that launched it, where its completion is handled
     events: Any = None  # the batch's pooled (begin, done) events (CUDA)
-
-
-def device_thread(device: DeviceSpec) -> ThreadPoolExecutor:
-    """A one-thread pool for calls that must run where the device's work runs (warm-up).
-    torch's intra-op thread count is per OS thread, so it is set there (a fresh thread would
-    default to all cores and oversubscribe them)."""
-    threads = device.threads or torch.get_num_threads()
-    return ThreadPoolExecutor(1, thread_name_prefix=f"timeshare-{device.label}",
-                              initializer=torch.set_num_threads, initargs=(threads,))
 
 
 class BatchBuilder:

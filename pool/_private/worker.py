@@ -38,7 +38,7 @@ from policies.scheduling import (
     ScheduleDecision,
     SchedulerSnapshot,
     SchedulingPolicy,
-    get_scheduling_policy,
+    device_scheduling_policy,
 )
 from pool._private.answers import answer_batch
 from pool._private.chunk import (
@@ -63,20 +63,13 @@ from pool.types import DeviceCounters, ModelKey, RoutingStats, Rows, WorkResult
 __all__ = ["INLINE_AFTER_RUNS", "DeviceWorker"]
 
 
-# On CUDA a background batch runs whole: the GPU's stream priorities schedule realtime kernels
-# between its kernels (measured on an H200: realtime p99 1.16x alone with background keeping
-# 99.6 % of its throughput, against 1.42x and 23 % with host-side chunks). Chunks stay for the
-# CPU stand-in, where nothing else can preempt.
-WHOLE_BATCHES = {p: None for p in Priority}
 _PUMP_STEPS = 64  # decisions per pump before yielding to the loop (a bound, not a tuning knob)
 
 
 def _policy(scheduler: str | SchedulingPolicy, device: DeviceSpec) -> SchedulingPolicy:
     if not isinstance(scheduler, str):
         return scheduler
-    if device.kind == "cuda" and scheduler == "priority":
-        return get_scheduling_policy(scheduler, chunk_ms=WHOLE_BATCHES)
-    return get_scheduling_policy(scheduler)
+    return device_scheduling_policy(scheduler, stream_priorities=device.kind == "cuda")
 
 
 ExecutorFactory = Callable[[DeviceSpec, Residency, Callable[[Batch], None]], DeviceExecutor]

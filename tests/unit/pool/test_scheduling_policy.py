@@ -291,3 +291,13 @@ _lone = st.builds(
                                PrioritySchedulingPolicy(chunk_ms=1.0)]))
 def test_the_lone_request_shortcut_equals_the_general_decision(s, pol):
     assert pol.decide(s) == pol._decide(s)
+
+
+def test_a_device_whose_streams_preempt_runs_batches_whole_and_the_cpu_stand_in_chunks():
+    from policies.scheduling import device_scheduling_policy
+
+    s = snap(model("bg", req(1, G, rows=64), max_batch=64, row_cost=0.001), chunk=64)
+    assert device_scheduling_policy("priority", stream_priorities=True).decide(s).chunk_rows == 64
+    assert device_scheduling_policy("priority", stream_priorities=False).decide(s).chunk_rows == 2
+    fifo = device_scheduling_policy("fifo", stream_priorities=True)
+    assert isinstance(fifo, FifoSchedulingPolicy)
