@@ -4,6 +4,7 @@
     timeshare demo traffic [--duration 60] [--rate 40] ...   (loopback only)
     timeshare serve [--config deploy/config.yaml] [--repo PATH] [--env test|staging|prod]
     timeshare status [--url http://127.0.0.1:8000] [--json | --watch]
+    timeshare k8s render --env prod [--output FILE]   (the KubeRay RayService: deploy/k8s.py)
 """
 
 from __future__ import annotations
@@ -156,6 +157,8 @@ _EXTERNAL: list[tuple[str, str | dict[str, str], str]] = [
      "routes retrain|calibrate|evaluate: train, calibrate, evaluate a router"),
     ("models", {"push": "deploy.models_cli:push_main", "retire": "deploy.models_cli:retire_main"},
      "models push DIR | retire NAME VERSION: publish or retire a version over the API"),
+    ("k8s", {"render": "deploy.k8s:render_main"},
+     "k8s render --env ENV: the KubeRay RayService of an environment (deploy/kubernetes)"),
 ]
 
 

@@ -28,6 +28,7 @@ def _gpu_count() -> int:
 
 
 def build_from_settings(settings: AppSettings) -> Application:
+    settings.resolved_caller_keys()  # a malformed $caller_keys_env fails here, naming it
     pool_options = {"request_router_config": RequestRouterConfig(
         request_router_class="pool.request_router:TimeshareRequestRouter",  # type: ignore[arg-type]
         request_routing_stats_period_s=1.0)}  # type: ignore[arg-type]

@@ -64,8 +64,9 @@ class Ingress:
         self.settings = s = settings
         self.api_key = s.resolved_api_key()
         # Keys are looked up by digest: a dict probe on the secret itself would leak timing.
-        self._caller_keys = None if s.caller_keys is None else {
-            digest(k): who for k, who in s.caller_keys.items()}
+        caller_keys = s.resolved_caller_keys()  # the args', else $caller_keys_env's
+        self._caller_keys = None if caller_keys is None else {
+            digest(k): who for k, who in caller_keys.items()}
         self.max_body_bytes = s.max_body_bytes
         self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
         self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}

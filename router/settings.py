@@ -6,6 +6,7 @@ errors naming the key, in the args and in the overlays alike.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +97,11 @@ class AppSettings(BaseModel):
         "is the identity of the key it presents (Authorization: Bearer KEY or X-API-Key; "
         "InferenceRequest.caller_key on the handle API); a declared caller that differs is a "
         "403, and a request without a key is served as 'anonymous'.")
+    caller_keys_env: str | None = Field(
+        None, description="Environment variable holding the caller keys as a JSON object "
+        "{key: identity}, read when caller_keys is unset; unset variable = no caller keys. "
+        "How a Kubernetes Secret reaches the app without the keys in its config "
+        "(deploy/kubernetes, docs/SCALING.md).")
     trust: TrustSettings = Field(
         default_factory=TrustSettings,
         description="What model configs may execute: the module allowlist for architecture "
@@ -155,6 +161,28 @@ class AppSettings(BaseModel):
         if self.api_key:
             return self.api_key
         return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def resolved_caller_keys(self) -> dict[str, str] | None:
+        """``caller_keys``, else the JSON object in ``$caller_keys_env``. A malformed value is
+        an error naming the variable, never echoing its content (it holds secrets)."""
+        if self.caller_keys is not None:
+            return self.caller_keys
+        raw = os.environ.get(self.caller_keys_env) if self.caller_keys_env else None
+        if raw is None:
+            return None
+        where = f"caller_keys_env: ${self.caller_keys_env}"
+        try:
+            keys = json.loads(raw)
+        except ValueError:
+            raise ValueError(f"{where} is not a JSON object {{key: identity}}") from None
+        if not isinstance(keys, dict) or not keys:
+            raise ValueError(f"{where}: expected a non-empty JSON object {{key: identity}}")
+        bad = [i for i, (k, v) in enumerate(keys.items())
+               if not isinstance(v, str) or not k or not v]
+        if bad:
+            raise ValueError(f"{where}: entry {bad[0]} needs a non-empty key and a non-empty "
+                             "string identity")
+        return keys
 
 
 MB = 1 << 20
