@@ -321,7 +321,8 @@ def render_main(argv: list[str]) -> int:
                                  description="Print the KubeRay RayService of an environment.")
     ap.add_argument("--env", required=True, choices=sorted(p.stem for p in ENV_DIR.glob("*.yaml")),
                     help="environment overlay (deploy/env/ENV.yaml)")
-    ap.add_argument("--config", type=Path, default=CONFIG, help="Serve config (default: %(default)s)")
+    ap.add_argument("--config", type=Path, default=CONFIG,
+                    help="Serve config (default: %(default)s)")
     ap.add_argument("--cluster", type=Path, default=CLUSTER,
                     help="cluster shape (default: %(default)s)")
     ap.add_argument("--output", "-o", type=Path, default=None, help="write here, not stdout")
