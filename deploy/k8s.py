@@ -167,9 +167,16 @@ def serve_config(env: str, cluster: ClusterSettings, *, config: Path = CONFIG,
         "repository": cluster.model_repository.mount_path,
         "api_key_env": OPERATOR_KEY_ENV,
         "caller_keys_env": CALLER_KEYS_ENV,
-        # One GPU-pool replica per GPU worker pod (each has one GPU).
+        # One GPU-pool replica per GPU worker pod (each has one GPU). "on", not "auto": the
+        # controller may build the app before the GPU workers have joined the cluster.
         "gpu_pool": {**(args.get("gpu_pool") or {}), "enabled": "on",
                      "replicas": cluster.gpu_workers.replicas},
+        # The state folder (<repository>/.timeshare: unload commands that the ingress and
+        # the pools share) is on the shared volume, so two things that are per machine move
+        # off it: the CPU-pool core slots (locks there would count replicas cluster-wide;
+        # pinning on Kubernetes is the kubelet's CPU manager's job) and the compile cache.
+        "cpu_pool": {**(args.get("cpu_pool") or {}), "pin_cores": "off"},
+        "compile_cache_dir": "/tmp/timeshare-inductor",
         "cache": {**(args.get("cache") or {}), "redis_url": redis},
         "call_log": {**(args.get("call_log") or {}), "redis_url": redis, "path": None},
         "quotas": {**(args.get("quotas") or {}), "redis_url": redis},

@@ -169,6 +169,9 @@ def test_serve_config_is_the_base_config_plus_cluster_settings():
         if key not in ("repository", "environment", "routes"):
             assert app["args"][key] == value, key
     assert app["args"]["routes"] == "/app/" + base_app["args"]["routes"]
+    # Per-machine state stays off the shared volume.
+    assert app["args"]["cpu_pool"]["pin_cores"] == "off"
+    assert not app["args"]["compile_cache_dir"].startswith(app["args"]["repository"])
     assert serve["proxy_location"] == base["proxy_location"]
 
 
