@@ -45,6 +45,10 @@ class GrpcSettings(BaseModel):
     deadline_margin_ms: float = Field(
         20.0, ge=0, description="Taken off a call's gRPC deadline to make the request's: its "
         "answer (at worst its fallback's) is on the wire before the client gives up.")
+    stream_max_in_flight: int = Field(
+        64, ge=1, description="Requests of one ModelStreamInfer stream running at once; past "
+        "it the server stops reading that stream until one finishes (HTTP/2 flow control then "
+        "holds the client back).")
     drain_s: float = Field(10.0, ge=0, description="On shutdown, wait this long for calls in "
                                                    "flight before closing connections.")
 

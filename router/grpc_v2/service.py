@@ -19,19 +19,27 @@ validation, cache, chain and call log. Only the wire differs.
   overloaded) and ``DEADLINE_EXCEEDED``. The message names the field and the trailing metadata
   carries ``timeshare-field``; ``UNAVAILABLE`` and ``RESOURCE_EXHAUSTED`` carry ``retry-after``
   (whole seconds, as HTTP's header).
+- ``ModelStreamInfer`` (Triton's bidirectional stream, what ``tritonclient.grpc``'s
+  ``start_stream`` / ``async_stream_infer`` call): every request on the stream is one request of
+  the same path, run concurrently with the others (at most ``stream_max_in_flight`` per stream;
+  past that the stream stops reading until one finishes). Each answer goes back as it comes, so
+  a fast-then-refine route streams its fast answer, then the refined one, as over HTTP SSE; the
+  parameter ``triton_final_response`` marks the last answer of a request. A request's error
+  travels in-band (``error_message``, naming the field; the stream goes on), as Triton does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from router.edge import ADMITTED, EdgeGate
+from router.edge import ADMITTED, EdgeGate, Verdict
 from router.errors import (
     DeadlineExceeded,
     Forbidden,
@@ -47,6 +55,8 @@ from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
 from router.grpc_v2.codec import decode_model_infer, encode_model_infer, metadata_response
 from router.http import Frontend
 from router.http_infer import check_name, presented_key, request_from_v2
+from router.schemas import InferenceRequest
+from router.v2 import DecodedRequest
 
 __all__ = ["SERVICE", "InferenceService", "STATUS_CODES"]
 
@@ -109,16 +119,18 @@ class InferenceService:
 
     ``gate``: the replica's shared admission (None: no edge, as ``edge.enabled: false``);
     ``default_deadline_ms``: the app's, for admission of a call that names none;
-    ``deadline_margin_ms``: taken off the gRPC deadline for the answer's way back.
+    ``deadline_margin_ms``: taken off the gRPC deadline for the answer's way back;
+    ``stream_max_in_flight``: requests of one ``ModelStreamInfer`` stream run at once.
     """
 
     def __init__(self, front: Frontend, *, gate: EdgeGate | None, default_deadline_ms: float,
-                 deadline_margin_ms: float = 20.0,
+                 deadline_margin_ms: float = 20.0, stream_max_in_flight: int = 64,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.front = front
         self.gate = gate
         self.default_deadline_ms = default_deadline_ms
         self.deadline_margin_ms = deadline_margin_ms
+        self.stream_max_in_flight = stream_max_in_flight
         self.clock = clock
         self.ongoing = 0  # ModelInfer calls in flight, for Serve's autoscaler (one loop: no lock)
 
@@ -133,11 +145,15 @@ class InferenceService:
                               pb.ModelMetadataResponse),
             "ModelInfer": (self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse),
         }
-        return grpc.method_handlers_generic_handler(SERVICE, {
+        handlers: dict[str, grpc.RpcMethodHandler] = {
             name: grpc.unary_unary_rpc_method_handler(
                 self._guarded(fn), request_deserializer=_lenient(req),
                 response_serializer=resp.SerializeToString)
-            for name, (fn, req, resp) in methods.items()})
+            for name, (fn, req, resp) in methods.items()}
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self.model_stream_infer, request_deserializer=_lenient(pb.ModelInferRequest),
+            response_serializer=pb.ModelStreamInferResponse.SerializeToString)
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     def _guarded(self, fn: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
                  ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
@@ -201,9 +217,9 @@ class InferenceService:
         finally:
             self.ongoing -= 1
 
-    async def _infer(self, request: pb.ModelInferRequest,
-                     context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
-        arrived = self.clock()
+    def _accept(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext,
+                arrived: float) -> tuple[DecodedRequest, bool, InferenceRequest]:
+        """Decode and check one call's request: the same ``InferenceRequest`` as HTTP's."""
         remaining = context.time_remaining()  # None: the caller set no gRPC deadline
         budget_ms = None if remaining is None else remaining * 1e3 - self.deadline_margin_ms
         if budget_ms is not None and budget_ms <= 0:
@@ -220,14 +236,34 @@ class InferenceService:
         req = request_from_v2(name, version, decoded, caller_key=presented_key(metadata),
                               arrival_s=arrived,
                               max_deadline_ms=budget_ms)
+        return decoded, raw, req
+
+    def _admit(self, req: InferenceRequest, arrived: float) -> Verdict | None:
+        """The shared edge gate's verdict (None: no gate). Raises the refusal; marks a shed
+        request, which then gets only its cache hit or local fallback."""
         gate = self.gate
         if gate is None:
-            return encode_model_infer(await self.front.infer(req), decoded, raw=raw)
+            return None
         gate.loop_load.touch()
         deadline_ms = req.deadline_ms or self.default_deadline_ms
         verdict = gate.decide(req.priority, elapsed_s=self.clock() - arrived,
                               deadline_s=deadline_ms / 1e3)
+        if verdict.refused is not None:
+            raise _Overloaded(verdict.refused, verdict.retry_after_s)
+        if verdict is not ADMITTED:
+            req.shed_reason = verdict.shed_reason
+        return verdict
+
+    async def _infer(self, request: pb.ModelInferRequest,
+                     context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        arrived = self.clock()
+        decoded, raw, req = self._accept(request, context, arrived)
+        verdict = self._admit(req, arrived)
+        if verdict is None:
+            return encode_model_infer(await self.front.infer(req), decoded, raw=raw)
         if verdict is ADMITTED:
+            gate = self.gate
+            assert gate is not None
             started = self.clock()
             gate.state.started(req.priority)
             try:
@@ -235,11 +271,93 @@ class InferenceService:
             finally:
                 gate.state.finished(req.priority, started)
             return encode_model_infer(response, decoded, raw=raw)
-        if verdict.refused is not None:
-            raise _Overloaded(verdict.refused, verdict.retry_after_s)
-        req.shed_reason = verdict.shed_reason  # only its cache hit or local fallback answers
         try:
             response = await self.front.infer(req)
         except ServiceUnavailable as e:
             raise _Overloaded(e.message, verdict.retry_after_s) from None
         return encode_model_infer(response, decoded, raw=raw)
+
+    # -- streaming inference ----------------------------------------------------------------
+    async def model_stream_infer(self, requests: AsyncIterator[Any],
+                                 context: grpc.aio.ServicerContext
+                                 ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Triton's ``ModelStreamInfer``: answers in the order they are ready, errors in-band.
+
+        A client that cancels (or whose stream deadline passes) closes this generator: the
+        ``finally`` cancels every request of the stream still running, and with it its pool
+        call."""
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(self.stream_max_in_flight)
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(request: Any) -> None:
+            try:
+                async for answer in self._stream_one(request, context):
+                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=answer))
+            except TimeshareError as e:
+                out.put_nowait(_stream_error(request, e.message))
+            except Exception as e:  # a bug of ours: this request's error, the stream goes on
+                log.exception("unhandled error in ModelStreamInfer")
+                out.put_nowait(_stream_error(request, f"internal error ({type(e).__name__})"))
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            async for request in requests:
+                await slots.acquire()
+                task = asyncio.get_running_loop().create_task(one(request))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:  # the client half-closed: answer what it sent, then end
+                await asyncio.wait(set(running))
+            out.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        reader.add_done_callback(lambda _: out.put_nowait(None))  # a failed read ends it too
+        try:
+            while (item := await out.get()) is not None:
+                yield item
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                raise reader.exception()  # type: ignore[misc]
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+    async def _stream_one(self, request: Any, context: grpc.aio.ServicerContext
+                          ) -> AsyncIterator[pb.ModelInferResponse]:
+        """One request of a stream: its answers (two for a fast-then-refine route)."""
+        if isinstance(request, _Malformed):
+            raise InvalidRequest(request.message, field="body")
+        self.ongoing += 1
+        try:
+            arrived = self.clock()
+            decoded, raw, req = self._accept(request, context, arrived)
+            verdict = self._admit(req, arrived)
+            gate = self.gate if verdict is ADMITTED else None
+            started = self.clock()
+            if gate is not None:
+                gate.state.started(req.priority)
+            try:
+                async for response in self.front.stream(req):
+                    answer = encode_model_infer(response, decoded, raw=raw)
+                    answer.parameters["triton_final_response"].bool_param = response.final
+                    yield answer
+            except ServiceUnavailable as e:
+                if verdict is None or verdict is ADMITTED:
+                    raise
+                raise _Overloaded(e.message, verdict.retry_after_s) from None
+            finally:
+                if gate is not None:
+                    gate.state.finished(req.priority, started)
+        finally:
+            self.ongoing -= 1
+
+
+def _stream_error(request: Any, message: str) -> pb.ModelStreamInferResponse:
+    """A request's error on the stream, with its id and model so a stub can match it."""
+    if isinstance(request, _Malformed):
+        return pb.ModelStreamInferResponse(error_message=message)
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(model_name=request.model_name, id=request.id))

@@ -5,6 +5,8 @@ parameters and labels as over HTTP, errors as status codes, deadlines and cancel
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 
 import grpc
@@ -244,3 +246,41 @@ def test_oversized_message_refused_before_decoding(app, client):
             call(req.SerializeToString(), timeout=30)
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _infer(client, "digits-small", np.zeros((1, 64))).as_numpy("logits").shape == (1, 10)
+
+
+def test_fast_then_refine_streams_over_model_stream_infer(app):
+    # tritonclient.grpc's own streaming (start_stream / async_stream_infer, Triton's
+    # ModelStreamInfer): the route's fast answer, then the refined one, as over HTTP SSE; a
+    # bad request's error arrives in-band, naming the field, and the stream goes on.
+    x = load_splits("digits").test_x[:2]
+    got: list = []
+    done = threading.Event()
+
+    def on_answer(result, error):
+        got.append((result, error))
+        if len(got) == 4:
+            done.set()
+
+    c = tg.InferenceServerClient(app.grpc)
+    try:
+        c.start_stream(callback=on_answer)
+        c.async_stream_infer("digits-refine", [_input("pixels", x)], request_id="s-1")
+        c.async_stream_infer("digits-small", [_input("pixels", x[:, :5])], request_id="s-bad")
+        c.async_stream_infer("digits-small", [_input("pixels", x)], request_id="s-2")
+        assert done.wait(60), got
+        c.stop_stream()
+    finally:
+        c.close()
+    errors = [str(e) for r, e in got if e is not None]
+    assert len(errors) == 1 and "inputs.pixels" in errors[0], errors
+    answers = {}
+    for r, e in got:
+        if e is None:
+            answers.setdefault(r.get_response().id, []).append(r)
+    refine = answers["s-1"]
+    assert [r.get_response().model_name for r in refine] == ["digits-small", "digits-large"]
+    assert [_params(r)["triton_final_response"] for r in refine] == [False, True]
+    assert [json.loads(_params(r)["route"])["decision"] for r in refine] == ["refine", "refined"]
+    assert refine[1].as_numpy("logits").shape == (2, 10)
+    (plain,) = answers["s-2"]
+    assert _params(plain)["served_by"] == "cpu:digits-small@1"

@@ -5,6 +5,7 @@ INVALID_ARGUMENT)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -114,6 +115,30 @@ class _Front(Frontend):
         return InferenceResponse(model=request.model, outputs={"y": X}, served_by="cpu:m@1",
                                  request_id=request.request_id)
 
+    async def stream(self, request: InferenceRequest):
+        """A fast answer then a refined one for model ``refine``; ``hang`` never answers
+        (``self.running`` counts those waiting, ``self.cancelled`` those cancelled)."""
+        self.seen.append(request)
+        if self.error is not None:
+            raise self.error
+        if request.model == "hang":
+            self.running += 1
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+            finally:
+                self.running -= 1
+        if request.model == "refine":
+            yield InferenceResponse(model="small", outputs={"y": X}, served_by="cpu:small@1",
+                                    request_id=request.request_id, final=False)
+        yield InferenceResponse(model=request.model, outputs={"y": X * 2}, served_by="cpu:m@1",
+                                request_id=request.request_id)
+
+    running = 0
+    cancelled = 0
+
     def live_models(self) -> dict[str, Any]:
         return {}
 
@@ -199,3 +224,78 @@ async def test_malformed_and_oversized_bodies(served):
         await _call(channel, _request(x=np.zeros((64, 64), np.float32)).SerializeToString())
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert (await _call(channel, _request().SerializeToString())).outputs[0].name == "y"
+
+
+# -- ModelStreamInfer (Triton's streaming, what tritonclient's start_stream calls) ---------------
+def _stream_call(channel):
+    return channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                 request_serializer=lambda b: b,
+                                 response_deserializer=pb.ModelStreamInferResponse.FromString)
+
+
+def _named(model: str, rid: str, **kw: Any) -> bytes:
+    req = _request(**kw)
+    req.model_name, req.id = model, rid
+    return req.SerializeToString()
+
+
+async def test_stream_answers_each_request_fast_then_refined_with_final_flags(served):
+    _, _, channel = served
+    got = [r async for r in _stream_call(channel)(iter([_named("refine", "a"),
+                                                        _named("m", "b")]), timeout=10)]
+    assert all(not r.error_message for r in got)
+    by_id: dict[str, list[Any]] = {}
+    for r in got:
+        by_id.setdefault(r.infer_response.id, []).append(r.infer_response)
+    fast, refined = by_id["a"]  # in order for one request
+    assert fast.model_name == "small" and refined.model_name == "refine"
+    assert [a.parameters["triton_final_response"].bool_param for a in (fast, refined)] == [
+        False, True]
+    assert np.frombuffer(refined.raw_output_contents[0], np.float32).tolist() == (
+        X * 2).reshape(-1).tolist()
+    (only,) = by_id["b"]
+    assert only.parameters["triton_final_response"].bool_param is True
+    assert only.parameters["served_by"].string_param == "cpu:m@1"
+
+
+async def test_a_bad_request_is_an_error_in_band_and_the_stream_goes_on(served):
+    _, _, channel = served
+    bad = _request()
+    bad.raw_input_contents[0] = b"\0" * 5
+    bad.id = "bad"
+    got = [r async for r in _stream_call(channel)(
+        iter([b"\xff\xff\xff", bad.SerializeToString(), _named("m", "ok")]), timeout=10)]
+    errors = sorted(r.error_message for r in got if r.error_message)
+    assert len(errors) == 2
+    assert errors[0].startswith("body: not a valid inference.ModelInferRequest")
+    assert errors[1].startswith("inputs.x raw_input_contents")
+    assert [r.infer_response.id for r in got if r.error_message.startswith("inputs")] == ["bad"]
+    assert [r.infer_response.id for r in got if not r.error_message] == ["ok"]
+
+
+async def test_a_cancelled_stream_cancels_its_requests_and_the_bound_holds(served):
+    front, _, channel = served
+    front.service.stream_max_in_flight = 2
+    sent = asyncio.Queue()
+
+    async def requests():
+        for i in range(4):  # four hanging requests: only two may run at once
+            await sent.put(i)
+            yield _named("hang", f"h{i}")
+        await asyncio.Event().wait()  # the client keeps the stream open
+
+    call = _stream_call(channel)(requests(), timeout=30)
+    reader = asyncio.ensure_future(call.read())
+    for _ in range(200):
+        if front.running == 2:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    assert front.running == 2  # the third is not started while two run
+    call.cancel()
+    for _ in range(200):
+        if front.running == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert front.running == 0 and front.cancelled == 2
+    reader.cancel()
