@@ -8,8 +8,10 @@ forwards alert events to the alerter deployment fire-and-forget.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ray import serve
@@ -125,9 +127,10 @@ class Ingress:
         self.cache = ResultCache(s.cache, embedder=text, on_event=self._on_cache_event)
         register_error_rate_metric(self.telemetry.meter_provider, self.cache.verification)
         # Tracing on: the pipeline that stamps its stages; off: the plain one, untouched.
-        traced = ({"tracer": RequestTracer(self.telemetry.tracer)} if self.telemetry.tracing
-                  else {})
-        return (TracedPipeline if traced else Pipeline)(
+        make: Callable[..., Pipeline] = (
+            functools.partial(TracedPipeline, tracer=RequestTracer(self.telemetry.tracer))
+            if self.telemetry.tracing else Pipeline)
+        return make(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
                                   admission=s.admission, pool_capacity=s.pool_capacity),
@@ -141,7 +144,6 @@ class Ingress:
             recorders=((TelemetryRecorder(self.telemetry),) if self.telemetry.histograms_exported
                        else ()) + (self.counters, CallLogRecorder(self.call_log),
                                    self.model_stats),
-            **traced,
         )
 
     def _start_alerting(self, s: AppSettings) -> None:
