@@ -30,6 +30,12 @@ not see them (``Telemetry.requests.snapshot()`` reads them in process).
 
 Each :class:`Telemetry` owns its MeterProvider/TracerProvider (never the process globals), so
 tests can build one with in-memory readers: ``Telemetry.in_memory()``.
+
+Traces: spans are recorded only when a span exporter or processor is given (``tracing``); the
+ingress gives an OTLP one when ``telemetry.otlp_endpoint`` is set (``alerting.otlp``; the
+request's spans are built by ``router.tracing``). Sampling is parent-based: a request whose
+caller's trace is sampled (W3C ``traceparent``) is traced, and a request with no parent is
+traced with probability ``sample_ratio`` (by trace id).
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import INVALID_SPAN, Span
 
 from alerting._private.device_instruments import DeviceSample, register_device_instruments
@@ -72,7 +79,10 @@ SECONDS_BUCKETS = (
 
 class Telemetry:
     """Metric instruments and a tracer. Pass readers (e.g. ``InMemoryMetricReader``) and/or
-    ``prometheus=True`` (a ``PrometheusMetricReader`` on ``registry``, default the global one)."""
+    ``prometheus=True`` (a ``PrometheusMetricReader`` on ``registry``, default the global one).
+    Spans: ``span_exporter`` (exported as each span ends, for tests) and/or ``span_processor``
+    (e.g. ``alerting.otlp.otlp_span_processor``), sampled parent-based with ``sample_ratio``
+    for requests without a parent."""
 
     def __init__(
         self,
@@ -81,8 +91,12 @@ class Telemetry:
         prometheus: bool = False,
         registry: Any = None,
         span_exporter: SpanExporter | None = None,
+        span_processor: SpanProcessor | None = None,
+        sample_ratio: float = 1.0,
         service_name: str = "timeshare",
     ) -> None:
+        if not 0.0 <= sample_ratio <= 1.0:
+            raise ValueError(f"sample_ratio must be within [0, 1], got {sample_ratio!r}")
         all_readers = list(readers)
         self.prometheus_reader: MetricReader | None = None
         if prometheus:
@@ -93,10 +107,13 @@ class Telemetry:
             all_readers.append(self.prometheus_reader)
         resource = Resource.create({"service.name": service_name})
         self.meter_provider = MeterProvider(metric_readers=all_readers, resource=resource)
-        self.tracer_provider = TracerProvider(resource=resource)
-        self.tracing = span_exporter is not None
+        self.tracer_provider = TracerProvider(
+            resource=resource, sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
+        self.tracing = span_exporter is not None or span_processor is not None
         if span_exporter is not None:
             self.tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+        if span_processor is not None:
+            self.tracer_provider.add_span_processor(span_processor)
         self.tracer = self.tracer_provider.get_tracer("timeshare")
         self.meter = m = self.meter_provider.get_meter("timeshare")
         # The two per-request histograms are aggregated in process, not by the SDK (its record
@@ -128,12 +145,12 @@ class Telemetry:
         return self._collector is not None
 
     @classmethod
-    def in_memory(cls) -> Telemetry:
+    def in_memory(cls, *, sample_ratio: float = 1.0) -> Telemetry:
         """For tests: metrics in ``.metric_reader``, finished spans in ``.span_exporter``."""
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
         reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
-        t = cls(readers=[reader], span_exporter=spans)
+        t = cls(readers=[reader], span_exporter=spans, sample_ratio=sample_ratio)
         t.metric_reader, t.span_exporter = reader, spans  # type: ignore[attr-defined]
         return t
 

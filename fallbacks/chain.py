@@ -52,13 +52,15 @@ _Gates = tuple[CircuitBreaker | None, AdaptiveThrottle | None]  # a remote call'
 @dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
 class ModelReply:
     """What a model call returns: outputs, the version that actually ran (if known), and where
-    its time went (as the pool measured it), so timings come back inside the answer."""
+    its time went (as the pool measured it), so timings come back inside the answer.
+    ``received_at``: wall-clock second at which the pool took the call (0.0: unknown)."""
 
     outputs: Mapping[str, Any]
     version: str | None = None
     queue_ms: float = 0.0
     compute_ms: float = 0.0
     swap_ms: float = 0.0
+    received_at: float = 0.0
 
 
 class ModelExecutor(Protocol):

@@ -184,8 +184,10 @@ class ModelHost:
         state = entry.versions.get(version)
         if state is None or state.state != "ready":
             raise ModelNotLoaded(f"model {work.model!r} version {version!r} is not ready here")
-        # The wall-clock deadline in this worker's clock (see PoolWork).
-        deadline = self._clock() + work.remaining_s(wall())
+        # The wall-clock deadline in this worker's clock (see PoolWork); the same wall reading
+        # is the reply's received_at (no second clock read).
+        received_at = wall()
+        deadline = self._clock() + work.remaining_s(received_at)
         tensors = {k: np.ascontiguousarray(v) for k, v in work.inputs.items()}
         result = await self.worker.infer(
             ModelKey(work.model, version), tensors, priority=work.priority, deadline=deadline)
@@ -193,7 +195,7 @@ class ModelHost:
             model=work.model, version=version,
             outputs={k: np.asarray(v) for k, v in result.outputs.items()},  # numpy in, out
             queue_ms=result.queue_ms, compute_ms=result.compute_ms, swap_ms=result.swap_ms,
-            device=result.device, batch_size=result.batch_size)
+            device=result.device, batch_size=result.batch_size, received_at=received_at)
 
     def status(self) -> dict:
         return {

@@ -76,7 +76,12 @@ class PoolWork:
 
 @dataclass(frozen=True, slots=True)
 class PoolReply:
-    """A pool's answer: this request's outputs, the version that ran, and where time went."""
+    """A pool's answer: this request's outputs, the version that ran, and where time went.
+
+    ``received_at`` is the wall-clock second (``time.time()``, the replica's clock) at which the
+    replica took the work; its queue wait, swap-in and compute follow it in that order. With it
+    the router can place the pool's stages on a timeline (``router.tracing``) from the reply
+    alone; 0.0 when unknown."""
 
     model: str
     version: str
@@ -86,6 +91,7 @@ class PoolReply:
     swap_ms: float
     device: str
     batch_size: int = 1
+    received_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,16 @@ forwards alert events to the alerter deployment fire-and-forget.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from alerting.otlp import otlp_span_processor
 from fallbacks import BreakerRegistry, BreakerState, StateTransition
 from fallbacks.cluster_quotas import ClusterQuotas
 from fallbacks.tasks import cancel_and_wait
@@ -47,6 +50,7 @@ from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.pool_load import PoolLoads
 from router.schemas import InferenceRequest, InferenceResponse
 from router.settings import AppSettings
+from router.tracing import RequestTracer, TraceContextMiddleware, TracedPipeline
 from router.v2 import model_metadata, route_metadata
 
 __all__ = ["Ingress"]
@@ -78,7 +82,13 @@ class Ingress:
         self._load = PoolLoads()  # every pool replica's latest stats, for spill and shedding
         self._pool_totals = PoolTotals()  # every pool replica's counters: metrics and alerts
         self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
-        self.telemetry = Telemetry(prometheus=s.prometheus_port is not None)
+        tm = s.telemetry
+        self.telemetry = Telemetry(  # spans only with an endpoint (router.tracing)
+            prometheus=s.prometheus_port is not None, sample_ratio=tm.sample_ratio,
+            span_processor=None if tm.otlp_endpoint is None else otlp_span_processor(
+                tm.otlp_endpoint, max_queue_size=tm.max_queue_spans,
+                max_export_batch_size=tm.max_export_batch,
+                schedule_delay_ms=tm.export_interval_ms, export_timeout_ms=tm.export_timeout_ms))
         self.telemetry.observe_devices(self._pool_totals.live, self._pool_totals.restarts)
         self.model_stats = ModelStatsRecorder()  # rate, p99, shares per model for the status
         if s.prometheus_port is not None:
@@ -99,6 +109,8 @@ class Ingress:
                                max_body_bytes=s.max_body_bytes,
                                default_deadline_ms=s.default_deadline_ms,
                                infer=self._infer_endpoint, gate=self._gate)
+        if self.telemetry.tracing:  # a caller's traceparent is the request's parent
+            self._app.add_middleware(TraceContextMiddleware)
         self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
         self._grpc = await start_grpc(  # #39: the Open Inference Protocol over gRPC
             InferenceService(self, gate=self._gate, default_deadline_ms=s.default_deadline_ms,
@@ -116,7 +128,11 @@ class Ingress:
         text = embedder(s, routes_read_text=any(st.reads_text for st in strategies.values()))
         self.cache = ResultCache(s.cache, embedder=text, on_event=self._on_cache_event)
         register_error_rate_metric(self.telemetry.meter_provider, self.cache.verification)
-        return Pipeline(
+        # Tracing on: the pipeline that stamps its stages; off: the plain one, untouched.
+        make: Callable[..., Pipeline] = (
+            functools.partial(TracedPipeline, tracer=RequestTracer(self.telemetry.tracer))
+            if self.telemetry.tracing else Pipeline)
+        return make(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
                                   admission=s.admission, pool_capacity=s.pool_capacity),
@@ -160,6 +176,8 @@ class Ingress:
         await self._views.close()
         if self._local is not None:
             await self._local.close()
+        if self.telemetry.tracing:  # export what is queued (bounded by export_timeout_ms)
+            await asyncio.to_thread(self.telemetry.tracer_provider.shutdown)
 
     async def record_autoscaling_stats(self) -> dict[str, float]:  # Serve's count + listeners'
         ongoing = self._listener.ongoing if self._listener else 0
@@ -236,16 +254,8 @@ class Ingress:
     # -- handle API -----------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one inference. Raises typed ``router.errors`` exceptions on bad input."""
-        request = self._accept(request)
-        if not self.telemetry.tracing:  # no exporter: not even the no-op span's context manager
-            return await self.pipeline.infer(request)
-        with self.telemetry.span("timeshare.infer", model=request.model,
-                                 priority=request.priority.label, caller=request.caller) as span:
-            resp = await self.pipeline.infer(request)
-            span.set_attribute("served_by", resp.served_by)
-            span.set_attribute("degraded", resp.degraded)
-            span.set_attribute("cache", resp.cache)
-            return resp
+        # Traced or not is decided once, by the pipeline's class (router.tracing).
+        return await self.pipeline.infer(self._accept(request))
 
     def stream(self, request: InferenceRequest):
         return self.pipeline.stream(self._accept(request))

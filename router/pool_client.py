@@ -176,7 +176,8 @@ class PoolExecutor:
                                                               clock=self._clock),
                 budget=self._retry, retries=1)
         return ModelReply(outputs=reply.outputs, version=reply.version, queue_ms=reply.queue_ms,
-                          compute_ms=reply.compute_ms, swap_ms=reply.swap_ms)
+                          compute_ms=reply.compute_ms, swap_ms=reply.swap_ms,
+                          received_at=reply.received_at)
 
     async def _work_for(self, request: RoutedRequest, model: str,
                         version: str | None) -> PoolWork:

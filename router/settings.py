@@ -10,9 +10,10 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fallbacks import BreakerConfig, QuotaConfig
 from policies.admission import AdmissionConfig
@@ -25,7 +26,7 @@ from router.listener import ListenerSettings
 from router.scaling import AutoscalingSettings
 
 __all__ = ["PoolSettings", "CpuPoolSettings", "GpuPoolSettings", "AppSettings", "load_settings",
-           "device_spec", "cpu_device", "ENV_DIR"]
+           "device_spec", "cpu_device", "ENV_DIR", "TelemetrySettings"]
 
 ENV_DIR = Path(__file__).resolve().parent.parent / "deploy" / "env"
 
@@ -76,6 +77,52 @@ class CallLogSettings(BaseModel):
     path: str | None = Field("var/calllog.jsonl", description="JSON-lines file (when no Redis).")
     redis_url: str | None = Field(None, description="Write to a Redis stream instead.")
     max_queue: int = Field(10_000, ge=1, description="Records buffered before dropping.")
+
+
+class TelemetrySettings(BaseModel):
+    """Trace export (``router.tracing``). Off unless ``otlp_endpoint`` is set; off, the request
+    path builds no span objects at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    otlp_endpoint: str | None = Field(
+        None, description="Export each traced request's spans (edge, cache, route or chain, "
+        "pool queue, swap, compute, answer) by OTLP over HTTP/protobuf to this URL, e.g. "
+        "http://127.0.0.1:4318/v1/traces (an OpenTelemetry Collector's OTLP/HTTP receiver); a "
+        "URL without a path gets /v1/traces. null = no spans are built or sent.")
+    sample_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="Share of requests traced when the request carries "
+        "no sampled parent trace (parent-based sampling: a W3C traceparent header's sampled "
+        "flag decides for that request; otherwise by trace id with this ratio).")
+    max_queue_spans: int = Field(
+        2048, ge=1, le=1_000_000, description="Spans waiting for export, at most (the batch "
+        "processor's queue); past it new spans are dropped, never waited for. A traced request "
+        "makes 6 to 10 spans.")
+    max_export_batch: int = Field(
+        512, ge=1, le=1_000_000, description="Spans per OTLP request to the receiver, at "
+        "most; not above max_queue_spans.")
+    export_interval_ms: float = Field(
+        1000.0, gt=0, le=600_000, description="A batch leaves at least this often (or as "
+        "soon as it is full).")
+    export_timeout_ms: float = Field(
+        10_000.0, gt=0, le=600_000, description="One export's time limit, retries included.")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        url = urlsplit(v)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+        return v if url.path not in ("", "/") else v.rstrip("/") + "/v1/traces"
+
+    @model_validator(mode="after")
+    def _batch_fits_queue(self) -> TelemetrySettings:
+        if self.max_export_batch > self.max_queue_spans:
+            raise ValueError(f"max_export_batch ({self.max_export_batch}) must not exceed "
+                             f"max_queue_spans ({self.max_queue_spans})")
+        return self
 
 
 class AppSettings(BaseModel):
@@ -149,6 +196,9 @@ class AppSettings(BaseModel):
     slow_request_s: float = Field(1.0, gt=0, description="Requests slower than this count as slow.")
     call_log: CallLogSettings = Field(default_factory=lambda: CallLogSettings(),
                                       description="Per-caller call log (cost attribution).")
+    telemetry: TelemetrySettings = Field(
+        default_factory=TelemetrySettings,
+        description="Trace export over OTLP: endpoint, sampling, export queue bounds.")
     prometheus_port: int | None = Field(
         None, ge=1, le=65535, description="Serve Timeshare's Prometheus metrics here; "
         "null = its request and queue-delay histograms are not recorded at all (nothing would "
