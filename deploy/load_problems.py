@@ -7,7 +7,7 @@ and the field, once per problem even when several pools report it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["LoadProblem", "load_problems"]
@@ -34,14 +34,15 @@ class LoadProblem:
 
 def load_problems(status: dict[str, Any]) -> list[LoadProblem]:
     """Every failed or refused config and version in ``status``, sorted by model."""
-    found: dict[tuple, list[str]] = {}
+    found: dict[LoadProblem, list[str]] = {}  # without its pools -> the pools reporting it
     for pool, info in (status.get("pools") or {}).items():
         for name, m in (info.get("models") or {}).items() if isinstance(info, dict) else ():
             views = [(None, m.get("problem"))] + list((m.get("versions") or {}).items())
             for version, v in views:
                 if isinstance(v, dict) and v.get("state") in PROBLEM_STATES:
-                    key = (name, version, v["state"], v.get("reason") or "", v.get("file"),
-                           v.get("field"))
-                    found.setdefault(key, []).append(pool)
-    return [LoadProblem(*key, pools=tuple(pools))
-            for key, pools in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+                    p = LoadProblem(name, version, v["state"], v.get("reason") or "",
+                                    v.get("file"), v.get("field"), ())
+                    found.setdefault(p, []).append(pool)
+    return [replace(p, pools=tuple(pools))
+            for p, pools in sorted(found.items(), key=lambda kv: (kv[0].model,
+                                                                   kv[0].version or ""))]

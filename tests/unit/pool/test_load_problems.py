@@ -239,3 +239,17 @@ def test_load_errors_cross_a_process_boundary_whole():
         assert (back.path, back.field, back.detail, back.state) == (
             e.path, e.field, e.detail, e.state)
     assert ModelRefused("f", "x").state == "refused" and ModelLoadError("f", "x").state == "failed"
+
+
+def test_the_operator_views_list_a_problem_once_whichever_pools_report_it():
+    refused = {"state": "refused", "reason": "m/2/model.pt [format]: pickled",
+               "file": "m/2/model.pt", "field": "format"}
+    model = {"state": "ready", "default_version": "1",
+             "versions": {"1": {"state": "ready", "reason": None, "file": None, "field": None},
+                          "2": refused}}
+    status = {"pools": {"cpu": {"models": {"m": model}}, "gpu": {"models": {"m": model}},
+                        "down": {"error": "ActorDiedError"}}}
+    [p] = load_problems(status)
+    assert (p.model, p.version, p.state, p.file, p.field, p.pools) == (
+        "m", "2", "refused", "m/2/model.pt", "format", ("cpu", "gpu"))
+    assert p.describe() == "m version 2 refused: m/2/model.pt [format]: pickled"
