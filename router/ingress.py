@@ -321,7 +321,7 @@ class Ingress:
         for name, entry in sorted(self.catalog.snapshot().items()):
             for v in sorted(entry.versions, key=version_order):
                 st = entry.versions[v]
-                row = {"name": name, "version": v, "state": st.state.upper()}
+                row: dict[str, Any] = {"name": name, "version": v, "state": st.state.upper()}
                 if st.reason:
                     row.update(reason=st.reason, file=st.file, field=st.field)
                 rows.append(row)
