@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import pickle
 import shutil
-import sys
 import time
 
 import numpy as np
@@ -52,16 +51,6 @@ def _scripted(repo, name, version, in_features=16):
     torch.manual_seed(int(version))
     m = nn.Sequential(nn.Linear(in_features, 4)).eval()
     torch.jit.script(m).save(str(repo / name / version / "model.pt"))
-
-
-@pytest.fixture
-def canary(tmp_path, monkeypatch):
-    path = tmp_path / "canary"
-    monkeypatch.setenv("TIMESHARE_CANARY", str(path))
-    sys.modules.pop(CANARY_MODULE, None)
-    yield path
-    assert not path.exists(), "a refused module was imported: its top-level code ran"
-    assert CANARY_MODULE not in sys.modules
 
 
 @pytest.fixture
