@@ -43,9 +43,8 @@ def log_pool_to_serve() -> None:
     """Send the `pool` package's log records to Serve's replica log (idempotent)."""
     pool_log = logging.getLogger("pool")
     if not any(isinstance(h, _ToServeLog) for h in pool_log.handlers):
-        pool_log.addHandler(_ToServeLog())
+        pool_log.addHandler(_ToServeLog())  # still propagates: a root handler sees it too
         pool_log.setLevel(logging.INFO)
-        pool_log.propagate = False  # Serve's handlers have it; not again through the root
 
 
 @serve.deployment(name="Pool", max_ongoing_requests=256)
