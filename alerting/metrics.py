@@ -32,7 +32,8 @@ class MetricsSnapshot:
     replica_restarts: int = 0
     swaps: int = 0
     open_breakers: frozenset[str] = frozenset()  # "model@pool"
-    failed_models: frozenset[str] = frozenset()  # models whose load failed
+    # models with a failed or refused config or version -> why (file, field, reason)
+    failed_models: Mapping[str, str] = field(default_factory=dict)
     device_memory_used: Mapping[str, float] = field(default_factory=dict)  # device -> 0..1
     cache_tiers_down: frozenset[str] = frozenset()  # e.g. "redis", "semantic"
     failing_channels: frozenset[str] = frozenset()  # channel names

@@ -86,7 +86,9 @@ class RulesConfig(_Strict):
     degraded_share: RuleSettings = _rule(Severity.P3, 300, 0.2)
     shed_share: RuleSettings = _rule(Severity.P3, 120, 0.05)
     breaker_open: RuleSettings = _rule(Severity.P2, 60)
-    model_load_failure: RuleSettings = _rule(Severity.P2, 0)
+    # A failed or refused model or version (its previous version, if any, keeps serving): the
+    # team channel, with the reason, file and field in the summary.
+    model_load_failure: RuleSettings = _rule(Severity.P3, 0)
     replica_restarts: RuleSettings = _rule(Severity.P3, 0, 3, 600)
     swap_thrashing: RuleSettings = _rule(Severity.P3, 300, 5.0)
     device_memory_pressure: RuleSettings = _rule(Severity.P3, 300, 0.95)

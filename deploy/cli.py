@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from deploy.load_problems import load_problems
+
 __all__ = ["main"]
 
 
@@ -90,7 +92,12 @@ def _status(args: argparse.Namespace) -> int:
               f"queues={dev.get('queue_depth')}")
         for name, m in info.get("models", {}).items():
             states = ", ".join(f"{v}:{s['state']}" for v, s in m["versions"].items())
-            print(f"  {name:26s} default={m['default_version']}  {states}")
+            print(f"  {name:26s} {m.get('state', ''):8s} default={m['default_version']}  "
+                  f"{states}")
+    problems = load_problems(data)
+    print(f"refused or failed: {len(problems) or 'none'}")
+    for p in problems:  # the reason names the file and the field
+        print(f"  {p.describe()}")
     breakers = data.get("breakers", {})
     print("breakers:", ", ".join(f"{k}={v}" for k, v in sorted(breakers.items())) or "none")
     counters = data.get("cache", {}).get("counters", {})

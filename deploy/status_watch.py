@@ -2,7 +2,8 @@
 
 Per device: memory, resident models by bytes, the host tier, queue depth per priority, swaps/s,
 preemptions/s. Per model: request rate, p99, cache-hit and degraded shares, breaker state. Then
-the firing alerts. Rates are the change of the replica's cumulative counters between two polls.
+every refused or failed model config or version with its reason, file and field, and the firing
+alerts. Rates are the change of the replica's cumulative counters between two polls.
 When stdout is not a terminal it prints one snapshot and exits (``--frames`` to take more);
 ``--record FILE`` also writes every frame as plain text (how docs/ops/status-watch.txt was made).
 """
@@ -25,6 +26,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from deploy.load_problems import load_problems
 
 __all__ = ["Rates", "main", "render"]
 
@@ -108,6 +111,10 @@ def render(status: dict, rates: Rates, *, at: float, source: str) -> Group:
     parts: list[Any] = [header]
     parts += [_device_panel(p, i, rates, at) for p, i in status.get("pools", {}).items()]
     parts.append(_models_table(status))
+    problems = load_problems(status)
+    parts.append(Text("refused or failed: " + ("none" if not problems else ""),
+                      style="red" if problems else ""))
+    parts += [Text(f"  {p.describe()}", style="red") for p in problems]
     alerts = Text("firing alerts: " + ("none" if not firing else "; ".join(
         f"{a.get('alertname')} {a.get('severity', '')} " + " ".join(
             f"{k}={v}" for k, v in a.items() if k not in ("alertname", "severity"))

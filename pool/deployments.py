@@ -7,6 +7,7 @@ polls the model repository (hot reload) and publishes routing stats for the requ
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -16,7 +17,34 @@ from pool.service import PoolService
 from pool.trust import TrustSettings
 from pool.work import PoolRefusal, PoolReply, PoolWork
 
-__all__ = ["PoolDeployment"]
+__all__ = ["PoolDeployment", "log_pool_to_serve"]
+
+SERVE_LOGGER = "ray.serve"  # Ray Serve's replica logger: the replica's log file (and stderr)
+
+
+class _ToServeLog(logging.Handler):
+    """Hands the pool's log records to Serve's replica logger, level and source kept.
+
+    Without it a pool WARNING (a refused model) reaches only the replica's stderr, which
+    Serve's throughput-optimized mode turns into INFO records held in a 1000-record buffer: no
+    operator would see it. A WARNING or worse also flushes Serve's handlers, so the line is in
+    the replica's log file at once (such lines are rare: one per refusal, not per poll).
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        serve_log = logging.getLogger(SERVE_LOGGER)
+        serve_log.handle(record)
+        if record.levelno >= logging.WARNING:
+            for handler in serve_log.handlers:
+                handler.flush()
+
+
+def log_pool_to_serve() -> None:
+    """Send the `pool` package's log records to Serve's replica log (idempotent)."""
+    pool_log = logging.getLogger("pool")
+    if not any(isinstance(h, _ToServeLog) for h in pool_log.handlers):
+        pool_log.addHandler(_ToServeLog())  # still propagates: a root handler sees it too
+        pool_log.setLevel(logging.INFO)
 
 
 @serve.deployment(name="Pool", max_ongoing_requests=256)
@@ -25,6 +53,7 @@ class PoolDeployment:
                        poll_interval_s: float = 1.0, replicas: int = 1,
                        trust: TrustSettings | None = None,
                        compile_cache_dir: str | None = None) -> None:
+        log_pool_to_serve()
         self.service = PoolService(pool, repository, state_dir, device,
                                    poll_interval_s=poll_interval_s, replicas=replicas,
                                    trust=trust, compile_cache_dir=compile_cache_dir)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["ModelLoadError", "RequestExpired", "DeviceOutOfMemory", "ModelNotLoaded"]
+__all__ = ["ModelLoadError", "ModelRefused", "RequestExpired", "DeviceOutOfMemory",
+           "ModelNotLoaded"]
 
 
 class ModelLoadError(Exception):
-    """A model config or weight file could not be loaded; names the file and the field."""
+    """A model config or weight file could not be loaded; names the file and the field.
+
+    ``state`` is what the model's status shows: ``failed`` (it was tried and did not work: a
+    bad config, a corrupt file, a failed warm-up); :class:`ModelRefused` says ``refused``.
+    """
+
+    state = "failed"
 
     def __init__(self, path: str, message: str, *, field: str | None = None) -> None:
         where = f"{path}" + (f" [{field}]" if field else "")
@@ -16,11 +23,19 @@ class ModelLoadError(Exception):
         self.detail = message
 
     def __reduce__(self):
-        return (_rebuild_load_error, (self.path, self.detail, self.field))
+        return (_rebuild_load_error, (type(self), self.path, self.detail, self.field))
 
 
-def _rebuild_load_error(path: str, message: str, field: str | None) -> ModelLoadError:
-    return ModelLoadError(path, message, field=field)
+class ModelRefused(ModelLoadError):
+    """Refused at the trust boundary (``pool.trust``) before anything from it ran: a module
+    outside the operator's allowlist, a pickled archive, a format the operator switched off."""
+
+    state = "refused"
+
+
+def _rebuild_load_error(cls: type[ModelLoadError], path: str, message: str,
+                        field: str | None) -> ModelLoadError:
+    return cls(path, message, field=field)
 
 
 class RequestExpired(Exception):

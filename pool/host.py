@@ -4,6 +4,12 @@ Owns the versions that are live on one worker: loads new version folders (warm-u
 while serving, makes the newest ready version the default, leaves the previous version serving
 when a new one fails, and honours explicit load/unload requests. Ray-free; the pool deployment
 owns one and calls ``sync()`` periodically.
+
+It also owns why a model or version is not serving: a config or version that failed
+(``failed``) or that the trust boundary refused (``refused``) keeps its reason, file and field
+in the index (and so in ``/v2/status``, ``timeshare status``, ``/ui`` and the
+model-load-failure alert). Each such problem is logged once, as one WARNING line, when it
+first appears or its reason changes, not on every repository poll.
 """
 
 from __future__ import annotations
@@ -20,21 +26,42 @@ import numpy as np
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError, ModelNotLoaded
-from pool.loader import load_module
+from pool.loader import WEIGHT_FILES, load_module, shown_path
 from pool.repository import ModelRepository, RepositorySnapshot, version_order
 from pool.types import ModelKey
 from pool.work import PoolReply, PoolWork
 
-__all__ = ["VersionState", "ModelIndexEntry", "ModelHost", "HostEvent"]
+__all__ = ["PROBLEM_STATES", "VersionState", "ModelIndexEntry", "ModelHost", "HostEvent"]
 
 log = logging.getLogger(__name__)
 
 
+PROBLEM_STATES = ("failed", "refused")  # a version or config that is not serving, and why
+
+
 @dataclass(frozen=True, slots=True)
 class VersionState:
-    state: str  # "loading" | "ready" | "failed"
-    reason: str | None = None
+    """A version's state, or (as :attr:`ModelIndexEntry.problem`) its model config's problem.
+
+    ``failed``: tried and did not work (bad config, corrupt file, failed warm-up);
+    ``refused``: the trust boundary refused it before anything of it ran.
+    """
+
+    state: str  # "loading" | "ready" | "failed" | "refused"
+    reason: str | None = None  # the whole message: "<file> [<field>]: <why>"
     signature: tuple[int, int] | None = None
+    file: str | None = None  # the file at fault, relative to the repository
+    field: str | None = None  # the config field at fault, when one is
+
+    @classmethod
+    def of(cls, e: ModelLoadError, signature: tuple[int, int] | None = None) -> VersionState:
+        """The ``failed`` or ``refused`` state a load error leaves."""
+        return cls(e.state, str(e), signature, e.path, e.field)
+
+    def view(self) -> dict:
+        """The plain form ``status()`` shows."""
+        return {"state": self.state, "reason": self.reason, "file": self.file,
+                "field": self.field}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +72,44 @@ class ModelIndexEntry:
     config: ModelConfig | None
     default_version: str | None
     versions: dict[str, VersionState]
-    error: str | None = None
+    problem: VersionState | None = None  # the config's: failed or refused (live versions serve)
 
     @property
     def ready(self) -> bool:
         return self.default_version is not None
 
+    @property
+    def error(self) -> str | None:
+        """The config problem's reason (None when the config is fine)."""
+        return self.problem.reason if self.problem else None
+
+    @property
+    def state(self) -> str:
+        """``ready`` (a version serves), else the config's problem, else ``loading``,
+        ``refused`` or ``failed`` from its versions, else ``empty`` (no version folder)."""
+        if self.ready:
+            return "ready"
+        if self.problem is not None:
+            return self.problem.state
+        states = {s.state for s in self.versions.values()}
+        for state in ("loading", "refused", "failed"):
+            if state in states:
+                return state
+        return "empty"
+
+    def problems(self) -> list[tuple[str | None, VersionState]]:
+        """(version or None for the config, state) of everything that failed or was refused."""
+        out: list[tuple[str | None, VersionState]] = [(None, self.problem)] if self.problem else []
+        out += [(v, self.versions[v]) for v in sorted(self.versions, key=version_order)
+                if self.versions[v].state in PROBLEM_STATES]
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class HostEvent:
-    kind: str  # "version_ready" | "version_failed" | "config_invalid" | "unloaded"
+    kind: str  # "version_ready" | "failed" | "refused" | "resolved"
     model: str
-    version: str | None
+    version: str | None  # None: the model's config
     detail: str
 
 
@@ -79,7 +132,9 @@ class ModelHost:
         self._clock = clock
         self._states: dict[str, dict[str, VersionState]] = {}
         self._configs: dict[str, ModelConfig] = {}
-        self._config_errors: dict[str, str] = {}
+        self._config_errors: dict[str, VersionState] = {}
+        # What was logged per (model, version or None): a problem is logged once, not per poll.
+        self._reported: dict[tuple[str, str | None], tuple[str, str | None]] = {}
         self._unloaded: frozenset[str] = frozenset()
         self._index: dict[str, ModelIndexEntry] = {}
         self._sync_lock = asyncio.Lock()
@@ -101,12 +156,15 @@ class ModelHost:
             self._rebuild_index()
 
     async def _apply(self, snap: RepositorySnapshot) -> None:
-        self._config_errors = {n: e.error for n, e in snap.models.items() if e.error}
-        for name, err in self._config_errors.items():
-            if name not in self._configs:
-                self._emit(HostEvent("config_invalid", name, None, err))
+        self._config_errors = {n: VersionState.of(e.problem) for n, e in snap.models.items()
+                               if e.problem is not None}
         wanted: dict[str, dict[str, tuple]] = {}
         for name, entry in snap.models.items():
+            if entry.config is None and name in self._states and name not in self._unloaded:
+                # A config that fails now leaves the versions loaded under the last good one
+                # serving as they are (nothing new loads until the config is fixed).
+                wanted[name] = {v: (None, st.signature) for v, st in self._states[name].items()}
+                continue
             if entry.config is None or name in self._unloaded or not self._accepts(entry.config):
                 continue
             # A changed config applies to versions loaded from now on; live ones keep theirs.
@@ -138,10 +196,10 @@ class ModelHost:
             await self.worker.remove_model(key)
         try:
             await self.worker.add_model(
-                key, config, partial(load_module, path, config, trust=self.repository.trust))
+                key, config, partial(load_module, path, config, trust=self.repository.trust),
+                source=shown_path(path / WEIGHT_FILES[config.format]))
         except ModelLoadError as e:
-            states[version] = VersionState("failed", str(e), sig)
-            self._emit(HostEvent("version_failed", name, version, str(e)))
+            states[version] = VersionState.of(e, sig)
             return
         states[version] = VersionState("ready", None, sig)
         self._emit(HostEvent("version_ready", name, version, str(path)))
@@ -152,18 +210,31 @@ class ModelHost:
             ready = [v for v, s in states.items() if s.state == "ready"]
             default = max(ready, key=version_order) if ready else None
             index[name] = ModelIndexEntry(name, self._configs.get(name), default, dict(states))
-        for name, err in self._config_errors.items():
+        for name, problem in self._config_errors.items():
             prev = index.get(name)
             index[name] = ModelIndexEntry(
                 name, prev.config if prev else None, prev.default_version if prev else None,
-                prev.versions if prev else {}, err,
+                prev.versions if prev else {}, problem,
             )
         self._index = index  # rebuilt whole, then assigned
+        self._report(index)
+
+    def _report(self, index: dict[str, ModelIndexEntry]) -> None:
+        """One WARNING line per new or changed problem; an INFO line when one goes away."""
+        now = {(name, version): (st.state, st.reason)
+               for name, entry in index.items() for version, st in entry.problems()}
+        for (name, version), (state, reason) in now.items():
+            if self._reported.get((name, version)) != (state, reason):
+                self._emit(HostEvent(state, name, version, reason or ""))
+        for name, version in self._reported.keys() - now.keys():
+            self._emit(HostEvent("resolved", name, version, "no longer failed or refused"))
+        self._reported = now
 
     def _emit(self, event: HostEvent) -> None:
-        failed = "fail" in event.kind or "invalid" in event.kind
-        log.log(logging.WARNING if failed else logging.INFO,
-                "%s %s@%s: %s", event.kind, event.model, event.version, event.detail)
+        what = f"model {event.model}" + (f" version {event.version}" if event.version
+                                         else " config")
+        level = logging.WARNING if event.kind in PROBLEM_STATES else logging.INFO
+        log.log(level, "%s %s: %s", what, event.kind, event.detail)
         try:
             self._on_event(event)
         except Exception:  # a failing listener never stops loading
@@ -203,9 +274,10 @@ class ModelHost:
             "models": {
                 name: {
                     "default_version": e.default_version,
-                    "versions": {v: {"state": s.state, "reason": s.reason}
-                                 for v, s in e.versions.items()},
-                    **({"error": e.error} if e.error else {}),
+                    "state": e.state,
+                    "versions": {v: s.view() for v, s in e.versions.items()},
+                    **({"problem": e.problem.view(), "error": e.problem.reason}
+                       if e.problem else {}),
                 }
                 for name, e in sorted(self._index.items())
             },

@@ -14,16 +14,17 @@ relative to the repository (``<model>/<version>/<file>``), never absolute paths.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from pool.config import ModelConfig
-from pool.errors import ModelLoadError
-from pool.trust import TrustSettings, resolve_callable
+from pool.errors import ModelLoadError, ModelRefused
+from pool.trust import TrustSettings, check_import_path, resolve_callable
 
-__all__ = ["WEIGHT_FILES", "load_module", "shown_path"]
+__all__ = ["WEIGHT_FILES", "load_module", "pickled", "shown_path"]
 
 WEIGHT_FILES = {"torchscript": "model.pt", "safetensors": "model.safetensors",
                 "torch_export": "model.pt2", "onnx": "model.onnx"}
@@ -49,6 +50,9 @@ def _load_eager(version_dir: Path, config: ModelConfig, trust: TrustSettings) ->
     shown = shown_path(weights)
     if not weights.is_file():
         raise ModelLoadError(shown, "weight file missing", field="format")
+    if config.format in ("torchscript", "safetensors") and pickled(weights):
+        raise ModelRefused(shown, f"a pickled archive (torch.save / pickle), not "
+                           f"{config.format}: refused, nothing was unpickled", field="format")
     if config.format == "torch_export":
         from pool._private.export_format import load_exported
 
@@ -60,12 +64,13 @@ def _load_eager(version_dir: Path, config: ModelConfig, trust: TrustSettings) ->
         return load_onnx(weights, shown, config).eval()
     if config.format == "torchscript":
         if not trust.allow_torchscript:
-            raise ModelLoadError(shown, "TorchScript is disabled by the operator (app setting "
+            raise ModelRefused(shown, "TorchScript is disabled by the operator (app setting "
                                  "trust.allow_torchscript: false)", field="format")
         try:
             module = torch.jit.load(str(weights), map_location="cpu")
         except Exception as e:
-            raise ModelLoadError(shown, f"not a TorchScript archive ({_short(e, weights)})") from e
+            raise ModelLoadError(shown, f"not a TorchScript archive ({_short(e, weights)})",
+                                 field="format") from e
         return module.eval()
     return _load_safetensors(weights, config, trust)
 
@@ -77,6 +82,10 @@ def _load_safetensors(weights: Path, config: ModelConfig, trust: TrustSettings) 
     assert config.architecture is not None  # ModelConfig validates this
     shown = shown_path(weights)
     try:
+        check_import_path(config.architecture, allow=trust.allowlist, what="architecture")
+    except ValueError as e:  # named outside the allowlist: refused before any import
+        raise ModelRefused(shown, str(e), field="architecture") from None
+    try:
         factory = resolve_callable(config.architecture, allow=trust.allowlist,
                                    what="architecture")
         module = factory(**config.architecture_kwargs)
@@ -85,13 +94,36 @@ def _load_safetensors(weights: Path, config: ModelConfig, trust: TrustSettings) 
     try:
         state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as e:
-        raise ModelLoadError(shown, f"not a safetensors file ({_short(e, weights)})") from e
+        raise ModelLoadError(shown, f"not a safetensors file ({_short(e, weights)})",
+                             field="format") from e
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as e:
         raise ModelLoadError(shown, f"weights do not fit the architecture "
                              f"({_short(e, weights)})", field="architecture_kwargs") from e
     return module.eval()
+
+
+def pickled(path: Path) -> bool:
+    """Whether ``path`` is a pickle or a ``torch.save`` archive, judged from its bytes only.
+
+    A pickle (protocol 2+, and ``torch.save``'s legacy format) starts with ``0x80`` and the
+    protocol number; ``torch.save``'s zip holds ``<archive>/data.pkl`` but, unlike a TorchScript
+    archive, no ``constants.pkl`` (TorchScript's code and constants).
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(2)
+        if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+            return True
+        if head != b"PK":
+            return False
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False  # unreadable: the format's own loader says why
+    return (any(n.endswith("/data.pkl") or n == "data.pkl" for n in names)
+            and not any(n.endswith("constants.pkl") for n in names))
 
 
 def _short(e: BaseException, weights: Path, limit: int = 300) -> str:

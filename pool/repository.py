@@ -7,7 +7,8 @@ progress is not picked up half-written (copying to a temporary name and renaming
 
 The repository is a trust boundary (``pool.trust``): a config naming a module outside the
 operator's allowlist, or TorchScript when the operator disabled it, is refused here with the
-reason, before anything is imported or loaded. Errors name files relative to the repository.
+reason, before anything is imported or loaded (``pool.errors.ModelRefused``). Errors name files
+relative to the repository.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from pool.config import ModelConfig
-from pool.errors import ModelLoadError
+from pool.errors import ModelLoadError, ModelRefused
 from pool.loader import WEIGHT_FILES, shown_path
 from pool.trust import TrustSettings, check_import_path, config_import_paths
 
@@ -50,6 +51,7 @@ class ModelEntry:
     config: ModelConfig | None
     error: str | None
     versions: tuple[VersionEntry, ...]  # oldest first
+    problem: ModelLoadError | None = None  # the config's error: its file, field and state
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,7 @@ class ModelRepository:
         try:
             config = self._config(model_dir)
         except ModelLoadError as e:
-            return ModelEntry(model_dir.name, None, str(e), ())
+            return ModelEntry(model_dir.name, None, str(e), (), e)
         weight_name = WEIGHT_FILES[config.format]
         now = self._clock()
         versions = []
@@ -166,10 +168,10 @@ def read_config(model_dir: Path, *, trust: TrustSettings = TrustSettings()) -> M
 def check_trust(config: ModelConfig, trust: TrustSettings, shown: str) -> None:
     """Refuse a config that names code or a format the operator does not allow."""
     if config.format == "torchscript" and not trust.allow_torchscript:
-        raise ModelLoadError(shown, "TorchScript is disabled by the operator (app setting "
-                             "trust.allow_torchscript: false); use safetensors", field="format")
+        raise ModelRefused(shown, "TorchScript is disabled by the operator (app setting "
+                           "trust.allow_torchscript: false); use safetensors", field="format")
     for field, path in config_import_paths(config.fallback, config.architecture):
         try:
             check_import_path(path, allow=trust.allowlist, what=field)
         except ValueError as e:
-            raise ModelLoadError(shown, str(e), field=field) from None
+            raise ModelRefused(shown, str(e), field=field) from None

@@ -82,10 +82,18 @@ class ModelCatalog:
     def snapshot(self) -> dict[str, ModelIndexEntry]:
         return self._index
 
-    def failed_models(self) -> frozenset[str]:
-        """Models with a config error or a failed version (the model-load-failure alert)."""
-        return frozenset(n for n, e in self._index.items()
-                         if e.error or any(v.state == "failed" for v in e.versions.values()))
+    def failed_models(self) -> dict[str, str]:
+        """Models with a failed or refused config or version, each with its reasons (the
+        model-load-failure alert's summary)."""
+        out: dict[str, str] = {}
+        for name, entry in sorted(self._index.items()):
+            seen: dict[str | None, str] = {}  # reason -> how it reads (once per reason)
+            for v, st in entry.problems():
+                seen.setdefault(st.reason, f"{st.state}: {st.reason}" if v is None else
+                                f"version {v} {st.state}: {st.reason}")
+            if seen:
+                out[name] = "; ".join(seen.values())
+        return out
 
     async def resolve(self, model: str, version: str | None) -> tuple[ModelIndexEntry, str]:
         """Return the entry and the concrete version, or raise ModelNotFound naming the field.
@@ -96,8 +104,9 @@ class ModelCatalog:
         if stale and self._clock() - self._last_refresh >= self._min_miss:
             await self.refresh()
             entry = self._index.get(model)
-        if entry is not None and entry.config is not None and entry.error and not entry.ready:
-            raise ModelNotFound(f"model: {model!r} failed to load ({entry.error})", field="model")
+        if entry is not None and entry.problem is not None and not entry.ready:
+            how = "was refused" if entry.problem.state == "refused" else "failed to load"
+            raise ModelNotFound(f"model: {model!r} {how} ({entry.error})", field="model")
         if entry is None or entry.config is None:
             known = ", ".join(sorted(n for n, e in self._index.items() if e.ready)) or "none"
             raise ModelNotFound(f"model: unknown model {model!r}; available: {known}",
@@ -122,8 +131,12 @@ class ModelCatalog:
 
 def _failed(entry: ModelIndexEntry, reason: str) -> ModelIndexEntry:
     """``entry`` with every version failed for ``reason`` (nothing of it is served)."""
-    versions = {v: VersionState("failed", reason, s.signature) for v, s in entry.versions.items()}
-    return replace(entry, default_version=None, versions=versions, error=reason)
+    file = f"{entry.name}/config.yaml"
+    reason = f"{file} [fallback]: {reason}"
+    versions = {v: VersionState("failed", reason, s.signature, file, "fallback")
+                for v, s in entry.versions.items()}
+    return replace(entry, default_version=None, versions=versions,
+                   problem=VersionState("failed", reason, None, file, "fallback"))
 
 
 def _states(entry: ModelIndexEntry) -> str:

@@ -22,6 +22,7 @@ from fallbacks import BreakerRegistry, BreakerState, StateTransition
 from fallbacks.cluster_quotas import ClusterQuotas
 from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
+from pool.host import PROBLEM_STATES
 from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
 from router._private.callers import digest, identify
@@ -332,13 +333,14 @@ class Ingress:
         for name, entry in sorted(self.catalog.snapshot().items()):
             for v in sorted(entry.versions, key=version_order):
                 st = entry.versions[v]
-                row = {"name": name, "version": v, "state": st.state.upper()}
+                row: dict[str, Any] = {"name": name, "version": v, "state": st.state.upper()}
                 if st.reason:
-                    row["reason"] = st.reason
+                    row.update(reason=st.reason, file=st.file, field=st.field)
                 rows.append(row)
-            if entry.error:
+            if entry.problem is not None:
                 rows.append({"name": name, "version": "", "state": "UNAVAILABLE",
-                             "reason": entry.error})
+                             "reason": entry.problem.reason, "file": entry.problem.file,
+                             "field": entry.problem.field})
         rows += [{"name": n, "version": "", "state": "UNLOADED"} for n in sorted(unloaded)]
         return rows
 
@@ -354,7 +356,7 @@ class Ingress:
         raise ServiceUnavailable(f"{what} did not complete within {timeout_s:.0f}s")
 
     async def load_model(self, name: str) -> dict[str, Any]:
-        repo = ModelRepository(self.settings.repository)
+        repo = ModelRepository(self.settings.repository, trust=self.settings.trust)
         entry = (await asyncio.to_thread(repo.scan)).entry(name)
         if entry is None:
             raise ModelNotFound(f"name: no model {name!r} in the repository", field="name")
@@ -362,7 +364,8 @@ class Ingress:
             raise InvalidRequest(f"name: {name!r} cannot load: {entry.error}", field="name")
         self._control.set_unloaded(name, False)
         await self._wait_for(lambda idx: name in idx and (idx[name].ready or all(
-            s.state == "failed" for s in idx[name].versions.values())), f"load of {name!r}")
+            s.state in PROBLEM_STATES for s in idx[name].versions.values())),
+            f"load of {name!r}")
         got = self.catalog.snapshot()[name]
         if not got.ready:
             reasons = "; ".join(f"{v}: {s.reason}" for v, s in got.versions.items())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from alerting.events import Severity
@@ -137,16 +137,22 @@ class LatencyBurnRule(Rule):
 
 
 class SetRule(Rule):
-    """One alert per member of a set-valued snapshot field (open breakers, failed models...)."""
+    """One alert per member of a set-valued snapshot field (open breakers, failed models...).
+
+    A mapping-valued field (failed models -> why) adds each member's value to its summary."""
 
     def __init__(self, name: str, attr: str, label: str, s: RuleSettings, text: str) -> None:
         super().__init__(s.enabled, s.for_, 0.0)
         self.name, self.attr, self.label, self.s, self.text = name, attr, label, s, text
 
     def conditions(self, history):
+        members = getattr(history[-1], self.attr)
+        detail = members if isinstance(members, Mapping) else {}
         return [
-            Condition(self.name, self.s.severity, {self.label: m}, {"summary": self.text.format(m)})
-            for m in sorted(getattr(history[-1], self.attr))
+            Condition(self.name, self.s.severity, {self.label: m},
+                      {"summary": self.text.format(m) + (f": {detail[m]}" if detail.get(m)
+                                                          else "")})
+            for m in sorted(members)
         ]
 
 
@@ -220,7 +226,7 @@ RULES: dict[str, Callable[[RulesConfig], Rule]] = {
         "failed_models",
         "model",
         c.model_load_failure,
-        "model {} failed to load",
+        "model {} has a failed or refused config or version",
     ),
     "replica_restarts": lambda c: IncreaseRule(
         "TimeshareReplicaRestarts",

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pool.errors import ModelLoadError
+from pool.errors import ModelLoadError, ModelRefused
 
 __all__ = ["check_archive", "is_aoti_package", "load_exported"]
 
@@ -74,13 +74,13 @@ def check_archive(path: Path, shown: str, *, allow_aoti: bool = False) -> bool:
         entries = _entries(z)
         if is_aoti_package(entries):
             if not allow_aoti:
-                raise ModelLoadError(shown, "AOTInductor package (compiled native code) refused: "
+                raise ModelRefused(shown, "AOTInductor package (compiled native code) refused: "
                                      "the operator has not set trust.allow_aoti", field="format")
             return True
         if "version" in z.namelist():
             # torch.export.load's fallback for torch <= 2.7 archives reads a top-level
             # "version" and unpickles serialized_*.json/.pt with a weights_only=False retry
-            raise ModelLoadError(shown, "legacy torch.export archive (top-level 'version'); "
+            raise ModelRefused(shown, "legacy torch.export archive (top-level 'version'); "
                                  "re-save with torch.export.save from torch >= 2.8",
                                  field="format")
         for kind in ("weights", "constants"):
@@ -104,22 +104,22 @@ def _check_payloads(z: zipfile.ZipFile, entries: dict[str, zipfile.ZipInfo], kin
             raise ModelLoadError(shown, f"{name}: unreadable ({e})", field="format") from None
         for fqn, meta in config.items():
             if meta.get("use_pickle"):
-                raise ModelLoadError(shown, f"{name}: {kind} {fqn!r} is pickled; only raw "
+                raise ModelRefused(shown, f"{name}: {kind} {fqn!r} is pickled; only raw "
                                      "tensor payloads are loaded", field="format")
             if kind == "constants" and not str(meta.get("path_name", "")).startswith(
                     _TENSOR_CONSTANT):
-                raise ModelLoadError(shown, f"{name}: constant {fqn!r} is a Python/torchbind "
+                raise ModelRefused(shown, f"{name}: constant {fqn!r} is a Python/torchbind "
                                      "object, not a tensor; refused", field="format")
 
 
 def _check_pickled(z: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, shown: str) -> None:
     if info.file_size > _MAX_PICKLED_BYTES:
-        raise ModelLoadError(shown, f"{name}: {info.file_size} bytes of pickled data (limit "
+        raise ModelRefused(shown, f"{name}: {info.file_size} bytes of pickled data (limit "
                              f"{_MAX_PICKLED_BYTES})", field="format")
     try:
         torch.load(io.BytesIO(z.read(info)), weights_only=True)
     except Exception as e:
-        raise ModelLoadError(shown, f"{name}: not loadable with weights_only=True "
+        raise ModelRefused(shown, f"{name}: not loadable with weights_only=True "
                              f"({type(e).__name__}); refused", field="format") from None
 
 

@@ -140,20 +140,28 @@ class DeviceWorker:
 
     # -- models -----------------------------------------------------------------------------
     async def add_model(
-        self, key: ModelKey, config: ModelConfig, loader: Callable[[], nn.Module]
+        self, key: ModelKey, config: ModelConfig, loader: Callable[[], nn.Module], *,
+        source: str | None = None,
     ) -> None:
         """Load into the host tier (off the event loop), validate with a warm-up forward pass.
 
         The model becomes resident on the device on first use (or at once if it fits without
-        evicting anything). Raises ModelLoadError for a model that fails to load or run.
+        evicting anything). Raises ModelLoadError for a model that fails to load or run, naming
+        ``source`` (the weight file, as the repository names it) or else the key.
         """
+        where = source or str(key)
         try:
             packed, load_s = await self.tiers.load(loader)
-            await self.executor.call(warm_up, packed.module, config)
         except ModelLoadError:
             raise
         except Exception as e:  # a broken model marks that model, not the process
-            raise ModelLoadError(str(key), f"warm-up failed: {type(e).__name__}: {e}") from e
+            raise ModelLoadError(where, f"load failed: {type(e).__name__}: {e}",
+                                 field="format") from e
+        try:
+            await self.executor.call(warm_up, packed.module, config)
+        except Exception as e:  # the config's inputs, fed to the model, did not run
+            raise ModelLoadError(where, f"warm-up failed: {type(e).__name__}: {e}",
+                                 field="inputs") from e
         if key in self.queues.models:
             await self.remove_model(key)
         name = str(key)

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pool.deployments import log_pool_to_serve
 from pool.service import PoolService
 from router.routes import build_strategy, load_routes
 from router.settings import AppSettings, cpu_device
@@ -28,6 +29,7 @@ async def start_local_pool(s: AppSettings) -> PoolService | None:
     # chunk of at most INGRESS_INLINE_MS; every other chunk goes to the device thread.
     device = {**cpu_device(s.cpu_pool), "inline_bounded_only": True,
               "inline_ms": min(s.cpu_pool.inline_ms, INGRESS_INLINE_MS)}
+    log_pool_to_serve()  # its refusals reach the ingress replica's log, as a pool replica's do
     local = PoolService(
         "cpu", s.repository, s.resolved_state_dir(), device,
         poll_interval_s=s.poll_interval_s, replicas=s.ingress_replicas, trust=s.trust,

@@ -103,6 +103,25 @@ function renderModels(status) {
   $("#models tbody").replaceChildren(...rows);
 }
 
+// Every failed or refused model config or version, once even when several pools report it.
+function loadProblems(status) {
+  const seen = new Map();
+  for (const info of Object.values(status.pools || {}))
+    for (const [name, m] of Object.entries(info.models || {}))
+      for (const [version, v] of [["", m.problem], ...Object.entries(m.versions || {})])
+        if (v && (v.state === "failed" || v.state === "refused"))
+          seen.set(JSON.stringify([name, version, v.state, v.reason]), { name, version, ...v });
+  return [...seen.values()].sort((a, b) => (a.name + a.version).localeCompare(b.name + b.version));
+}
+
+function renderProblems(status) {
+  const rows = loadProblems(status).map((p) => el("tr", { class: p.state, "data-model": p.name },
+    el("td", {}, p.name), el("td", {}, p.version || "config"), el("td", {}, p.state),
+    el("td", {}, p.file || "–"), el("td", {}, p.field || "–"), el("td", { class: "reason" }, p.reason || "")));
+  $("#problems tbody").replaceChildren(...(rows.length ? rows
+    : [el("tr", {}, el("td", { class: "muted", colspan: "6" }, "none"))]));
+}
+
 function renderAlerts(status) {
   const firing = status.firing_alerts || [];
   $("#alerts").replaceChildren(...(firing.length ? firing.map((a) => el("li", { class: a.severity || "" },
@@ -138,6 +157,7 @@ async function poll() {
   plot($("#plot-p99"), history.p99, "worst p99 (ms)");
   renderDevices(rows);
   renderModels(status);
+  renderProblems(status);
   renderAlerts(status);
   $("#key-form").hidden = true;
   $("#main").hidden = false;

@@ -39,13 +39,13 @@ def _alerting(receiver_url: str) -> dict:
         "rules": {
             "min_requests": 5,
             "error_rate": {"severity": "P1", "for": "1s", "threshold": 0.5, "window": "4s"},
-            # Only the error-rate rule matters to the end-to-end alert test; the others are
-            # exercised by the alerting unit tests and would only add noise here.
+            # The error-rate rule (test_alerts_e2e) and the model-load rule (test_refusals, at its
+            # default P3) matter here; the others are exercised by the alerting unit tests and
+            # would only add noise.
             "latency_slo": {"enabled": False},
             "degraded_share": {"enabled": False},
             "shed_share": {"enabled": False},
             "breaker_open": {"enabled": False},
-            "model_load_failure": {"enabled": False},
             "cache_tier_down": {"enabled": False},
         },
     }

@@ -30,6 +30,7 @@ class OperatorApp:
     metrics_ports: tuple[int, int]  # ingress, alerter
     proc: subprocess.Popen
     log: Path
+    repo: Path | None = None  # the live model repository (tests may publish into it)
 
     def headers(self) -> dict[str, str]:
         return {"X-API-Key": API_KEY}
@@ -74,7 +75,8 @@ def start_app(repo: Path, workdir: Path, ports: tuple[int, int, int]) -> Operato
         [sys.executable, "-c", "from ray.serve.scripts import cli; cli()", "run", str(cfg)],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
         start_new_session=True)
-    app = OperatorApp(f"http://127.0.0.1:{http_port}", (metrics, alerter_metrics), proc, log)
+    app = OperatorApp(f"http://127.0.0.1:{http_port}", (metrics, alerter_metrics), proc, log,
+                      repo)
     if wait_ready(proc, f"{app.url}/v2/health/ready", 240, log):
         return app
     stop_app(app)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deploy.demo_traffic import run_traffic
 from tests.integration.ops.cdp import Browser
@@ -178,3 +179,34 @@ def test_status_page_in_headless_chromium_shows_the_models_and_moves(operator_ap
         traffic.join()
     finally:
         browser.close()
+
+
+def test_status_page_lists_a_refused_model_with_its_file_field_and_reason(operator_app,
+                                                                          tmp_path):
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("needs Chromium: no `chromium` binary (apt-get install chromium; "
+                    "`make test` installs it where apt-get and root are available)")
+    assert operator_app.repo is not None
+    name = "ui-refused"
+    cfg = yaml.safe_load((operator_app.repo / "iris-mlp2x16" / "config.yaml").read_text())
+    cfg.update(name=name, architecture="os:system")  # outside the allowlist: refused
+    folder = operator_app.repo / name
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    browser = Browser(binary, tmp_path / "profile", free_port())
+    try:
+        browser.navigate(f"{operator_app.url}/ui")
+        browser.wait_for("!document.querySelector('#key-form').hidden")
+        browser.evaluate(f"document.querySelector('#key').value = {API_KEY!r}; "
+                         "document.querySelector('#key-form').requestSubmit(); true")
+        row = f"#problems tr[data-model={name!r}] td"
+        browser.wait_for(f"document.querySelectorAll({row!r}).length === 6", 30)
+        cells = browser.evaluate(
+            f"[...document.querySelectorAll({row!r})].map(td => td.textContent)")
+        assert cells[:5] == [name, "config", "refused", f"{name}/config.yaml", "architecture"]
+        assert cells[5].startswith(f"{name}/config.yaml [architecture]: ")
+        assert "not in the operator's allowlist" in cells[5]
+    finally:
+        browser.close()
+        shutil.rmtree(folder)

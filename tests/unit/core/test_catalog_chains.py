@@ -44,7 +44,8 @@ async def test_bad_rule_marks_the_model_failed_at_load_with_the_reason():
     assert cat.chain("good")[0].kind == "default"
     entry, version = await cat.resolve("good", None)
     assert version == "1"
-    assert cat.failed_models() == {"bad"}
+    assert set(cat.failed_models()) == {"bad"}
+    assert "fallback chain" in cat.failed_models()["bad"]
     # The model-load-failure alert fires for it.
     alerts = RuleEvaluator(RulesConfig(), "prod").evaluate(
         MetricsSnapshot(at=0.0, failed_models=cat.failed_models()))

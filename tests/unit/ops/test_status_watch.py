@@ -49,6 +49,24 @@ def test_a_frame_shows_devices_models_and_alerts_with_rates_between_polls() -> N
     assert "TimeshareSwapThrashing P3" in out and "1 alert(s) firing" in out
 
 
+def test_a_frame_lists_refused_and_failed_configs_and_versions_with_their_reasons() -> None:
+    status = _status(1, 0)
+    out = " ".join(_text(render(status, Rates(), at=1.0, source="test")).split())
+    assert "refused or failed: none" in out
+    status["pools"]["cpu"]["models"]["evil"] = {
+        "state": "refused", "default_version": None, "versions": {},
+        "problem": {"state": "refused", "reason": "evil/config.yaml [architecture]: not allowed",
+                    "file": "evil/config.yaml", "field": "architecture"}}
+    status["pools"]["cpu"]["models"]["big"] = {
+        "state": "ready", "default_version": "1", "versions": {
+            "1": {"state": "ready", "reason": None, "file": None, "field": None},
+            "2": {"state": "failed", "reason": "big/2/model.pt [inputs]: warm-up failed",
+                  "file": "big/2/model.pt", "field": "inputs"}}}
+    out = " ".join(_text(render(status, Rates(), at=2.0, source="test")).split())
+    assert ("refused or failed: big version 2 failed: big/2/model.pt [inputs]: warm-up failed "
+            "evil config refused: evil/config.yaml [architecture]: not allowed") in out
+
+
 def test_off_a_tty_it_prints_one_snapshot_and_returns(tmp_path) -> None:
     seen = []
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import yaml
 
@@ -16,16 +14,6 @@ from pool.repository import ModelRepository, read_config
 from pool.trust import ModuleAllowlist, TrustSettings, resolve_callable
 
 CANARY_MODULE = "tests.unit.security.canary_import"
-
-
-@pytest.fixture
-def canary(tmp_path, monkeypatch):
-    path = tmp_path / "canary"
-    monkeypatch.setenv("TIMESHARE_CANARY", str(path))
-    sys.modules.pop(CANARY_MODULE, None)
-    yield path
-    assert not path.exists(), "a refused module was imported: its top-level code ran"
-    assert CANARY_MODULE not in sys.modules
 
 
 def _edit(repo, name, **over):
