@@ -27,8 +27,9 @@ from urllib.parse import urlparse
 import httpx
 import numpy as np
 
-__all__ = ["main", "run_traffic", "zipf_weights"]
+__all__ = ["main", "report", "run_traffic", "server_report", "zipf_weights"]
 
+PRIORITIES = ("realtime", "interactive", "batch", "background")
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 MAX_DURATION_S = 600.0
 
@@ -43,12 +44,22 @@ class Target:
 
 @dataclass(slots=True)
 class Tally:
+    """Outcomes, and per class the client-side latency of the answers the device computed
+    (``kind``) and of the cache hits (``kind cache hit``, apart: they never queue), with the
+    pool's own queue wait and compute for each answer (its ``queue_ms``, ``compute_ms``)."""
+
     outcomes: Counter[str] = field(default_factory=Counter)
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
+    queue_ms: dict[str, list[float]] = field(default_factory=dict)
+    compute_ms: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, kind: str, outcome: str, ms: float) -> None:
+    def add(self, kind: str, outcome: str, ms: float, params: dict | None = None) -> None:
         self.outcomes[f"{kind} {outcome}"] += 1
-        self.latency_ms.setdefault(kind, []).append(ms)
+        key = f"{kind} cache hit" if outcome == "cache hit" else kind
+        self.latency_ms.setdefault(key, []).append(ms)
+        if outcome == "ok" and params:
+            self.queue_ms.setdefault(kind, []).append(float(params.get("queue_ms", 0.0)))
+            self.compute_ms.setdefault(kind, []).append(float(params.get("compute_ms", 0.0)))
 
 
 def zipf_weights(n: int, s: float) -> list[float]:
@@ -103,8 +114,8 @@ async def _send(client: httpx.AsyncClient, t: Target, x: np.ndarray, kind: str,
                    "degraded" if p.get("degraded") else
                    "cache hit" if p.get("cache") in ("memory", "redis", "semantic") else "ok")
     except httpx.HTTPError as e:
-        outcome = type(e).__name__
-    tally.add(kind, outcome, (time.perf_counter() - start) * 1e3)
+        outcome, p = type(e).__name__, {}
+    tally.add(kind, outcome, (time.perf_counter() - start) * 1e3, p)
 
 
 async def run_traffic(url: str, *, duration_s: float, rate: float, batch_callers: int,
@@ -150,21 +161,66 @@ async def run_traffic(url: str, *, duration_s: float, rate: float, batch_callers
     return tally
 
 
-def _report(tally: Tally, duration_s: float) -> str:
+def _pq(ms: list[float] | None) -> str:
+    if not ms:
+        return f"{'–':>17s}"
+    q = np.percentile(ms, [50, 99])
+    return f"{q[0]:7.1f} / {q[1]:7.1f}"
+
+
+def report(tally: Tally, duration_s: float) -> str:
+    """The outcome counts, then per class the client's p50 / p99 and the pool's queue wait and
+    compute (p50 / p99, ms) of the answers the device computed."""
     lines = [f"{k:40s} {v:7d}" for k, v in sorted(tally.outcomes.items())]
-    for kind, ms in sorted(tally.latency_ms.items()):
-        q = np.percentile(ms, [50, 99])
-        lines.append(f"{kind:10s} {len(ms) / duration_s:7.1f} req/s  p50 {q[0]:7.1f} ms  "
-                     f"p99 {q[1]:7.1f} ms")
+    lines.append(f"\nclient side, whole run   {'req/s':>7s}  {'p50 / p99 ms':>17s}   "
+                 f"{'pool queue wait':>17s}   {'pool compute':>17s}")
+    order = {k: i for i, k in enumerate(PRIORITIES)}
+    for key in sorted(tally.latency_ms, key=lambda k: (order.get(k.split()[0], 9), k)):
+        ms = tally.latency_ms[key]
+        lines.append(f"{key:24s} {len(ms) / duration_s:7.1f}  {_pq(ms)}   "
+                     f"{_pq(tally.queue_ms.get(key))}   {_pq(tally.compute_ms.get(key))}")
     return "\n".join(lines)
+
+
+def server_report(status: dict) -> str:
+    """The app's own per-class view (``/v2/status``): end to end at the ingress, and on each
+    device the queue wait against the compute, over the status window."""
+    classes = status.get("classes") or {}
+    if not classes:
+        return "server: no per-class view in /v2/status (an older app)"
+    lines = [f"server side, last {classes.get('window_s', 0):.0f} s (/v2/status): "
+             f"{'req/s':>7s}  {'p50 / p99 ms':>17s}   {'queue wait':>17s}   "
+             f"{'compute':>17s}   shed  refused"]
+    devices = {pool: info.get("device", {}).get("classes", {}).get("by_class", {})
+               for pool, info in status.get("pools", {}).items() if "error" not in info}
+    for label in PRIORITIES:
+        row = classes.get("by_class", {}).get(label, {})
+        if not row.get("requests") and not row.get("shed") and not row.get("refused"):
+            continue
+        for pool, by in devices.items():
+            dev = by.get(label, {})
+            lines.append(
+                f"{label + ' @ ' + pool:37s} {row.get('rate_per_s', 0):7.1f}  "
+                f"{_ms(row.get('latency_ms'))}   {_ms(dev.get('queue_ms'))}   "
+                f"{_ms(dev.get('compute_ms'))}   {row.get('shed', 0):4d}  "
+                f"{row.get('refused', 0):7d}")
+    return "\n".join(lines)
+
+
+def _ms(s: dict | None) -> str:
+    if not s or s.get("p50") is None:
+        return f"{'–':>17s}"
+    return f"{s['p50']:7.1f} / {s['p99']:7.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="timeshare demo traffic", description=__doc__.split("\n")[0])
-    ap.add_argument("--url", default="http://127.0.0.1:8000", help="the app (loopback only)")
+    ap.add_argument("--url", default="http://127.0.0.1:8100",
+                    help="the app (loopback only; default: Timeshare's own listener)")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds (at most 600)")
     ap.add_argument("--rate", type=float, default=40.0, help="realtime requests per second")
-    ap.add_argument("--batch-callers", type=int, default=2, help="closed-loop batch callers")
+    ap.add_argument("--batch-callers", type=int, default=8,
+                    help="closed-loop batch callers (enough to keep the device busy)")
     ap.add_argument("--batch-rows", type=int, default=64,
                     help="rows per batch request (at most the models' max_batch_size)")
     ap.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of model popularity")
@@ -187,5 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     except httpx.HTTPError as e:
         print(f"cannot reach {args.url}: {e}", file=sys.stderr)
         return 2
-    print(_report(tally, args.duration))
+    print(report(tally, args.duration))
+    try:
+        headers = {"X-API-Key": args.api_key} if args.api_key else None
+        r = httpx.get(f"{args.url}/v2/status", headers=headers, timeout=10)
+        r.raise_for_status()
+        print(server_report(r.json()))
+    except httpx.HTTPError as e:
+        print(f"server side: cannot read {args.url}/v2/status: {e}", file=sys.stderr)
     return 0
