@@ -8,6 +8,14 @@ Models are picked with Zipf(``--zipf``) popularity, so a few are hot and the
 long tail has to be swapped in: with the test overlay's device budget (about a third of the
 zoo) the status shows swaps, host-tier models, queues per priority and preemptions moving.
 
+It goes through Timeshare's own listener (port 8100) by default, and the batch callers are
+enough (``--batch-callers 8``) to keep the device busy, so the classes share a device that has a
+queue: that is where priorities act. At the end it prints, per class, the client's p50 / p99
+(cache hits apart: they never queue) with the pool's queue wait and compute for the same answers
+(each answer's ``queue_ms`` / ``compute_ms``), then the app's own per-class view from
+``/v2/status`` (end to end at the ingress; queue wait against compute on each device; shed and
+refused counts) over its last 30 to 36 s.
+
 Loopback only (it is a demo load, not a load test: see ``timeshare loadtest``), and bounded in
 time (``--duration``, at most 600 s) and in flight (64 realtime requests).
 """
