@@ -35,14 +35,8 @@ _DECADES = 8  # 10 µs .. 1000 s
 BUCKETS = _PER_DECADE * _DECADES
 _SCALE = _PER_DECADE / math.log(10.0)
 _LOG_LOW = math.log(_LOW_S)
+_log = math.log
 _CLASSES = len(PRIORITIES)
-
-
-def _bucket(seconds: float) -> int:
-    if seconds <= _LOW_S:
-        return 0
-    i = int((math.log(seconds) - _LOG_LOW) * _SCALE)
-    return i if i < BUCKETS else BUCKETS - 1
 
 
 def _middle_s(bucket: int) -> float:
@@ -83,12 +77,20 @@ class ClassWindow:
         self._counts = [[0] * (_CLASSES * (1 + len(self.counters))) for _ in range(self._ring)]
         self._started = clock()
         self._k = int(self._started // slot_s)  # the current slot's number
+        self._next_at = (self._k + 1) * slot_s  # when the next slot begins
+        self._n_series, self._n_counts = len(self.series), 1 + len(self.counters)
+        self._current()
 
     def _zeros_hist(self) -> list[int]:
         return [0] * (_CLASSES * self._width)
 
-    def _advance(self, now: float) -> int:
-        """The ring index of the slot holding ``now``; slots that fell out are cleared."""
+    def _current(self) -> None:
+        i = self._k % self._ring
+        self._cur_hist, self._cur_sums, self._cur_counts = (
+            self._hist[i], self._sums[i], self._counts[i])
+
+    def _advance(self, now: float) -> None:
+        """Move to the slot holding ``now``, clearing the slots that fell out of the window."""
         k = int(now // self.slot_s)
         if k > self._k:
             for j in range(max(self._k + 1, k - self._ring + 1), k + 1):
@@ -97,35 +99,49 @@ class ClassWindow:
                 self._sums[i] = [0.0] * len(self._sums[i])
                 self._counts[i] = [0] * len(self._counts[i])
             self._k = k
-        return self._k % self._ring
+            self._next_at = (k + 1) * self.slot_s
+            self._current()
 
     def observe(self, priority: int, durations_s: Sequence[float], *,
                 now: float | None = None) -> None:
         """One request of class ``priority`` (``Priority`` or 0..3), with one duration (seconds)
         per series, in ``series`` order; ``now`` when the caller already read the clock."""
-        i = self._advance(self._clock() if now is None else now)
-        hist, sums = self._hist[i], self._sums[i]
-        base = priority * self._width
-        n = len(self.series)
-        for s, d in enumerate(durations_s):
-            hist[base + s * BUCKETS + _bucket(d)] += 1
-            sums[priority * n + s] += d
-        self._counts[i][priority * (1 + len(self.counters))] += 1
+        if now is None:
+            now = self._clock()
+        if now >= self._next_at:
+            self._advance(now)
+        hist, sums = self._cur_hist, self._cur_sums
+        at = priority * self._width
+        k = priority * self._n_series
+        for d in durations_s:  # on the request path: no call per value
+            if d > _LOW_S:  # its bucket, the last one holding everything beyond the range
+                b = int((_log(d) - _LOG_LOW) * _SCALE)
+                hist[at + (b if b < BUCKETS else BUCKETS - 1)] += 1
+            else:
+                hist[at] += 1
+            sums[k] += d
+            at += BUCKETS
+            k += 1
+        self._cur_counts[priority * self._n_counts] += 1
 
     def count(self, priority: int, counter: int, *, now: float | None = None) -> None:
         """One event of ``counters[counter]`` for class ``priority``."""
-        i = self._advance(self._clock() if now is None else now)
-        self._counts[i][priority * (1 + len(self.counters)) + 1 + counter] += 1
+        if now is None:
+            now = self._clock()
+        if now >= self._next_at:
+            self._advance(now)
+        self._cur_counts[priority * self._n_counts + 1 + counter] += 1
 
     def snapshot(self) -> dict[str, Any]:
         """Plain JSON: ``window_s`` (the window's span now) and ``by_class``: per class label,
         ``requests`` (observed in the window), ``rate_per_s``, each counter's count, and per
         series ``<name>_ms``: ``{"p50", "p99", "mean"}`` (None when no request)."""
         now = self._clock()
-        self._advance(now)
+        if now >= self._next_at:
+            self._advance(now)
         covered = min(now - self._started,
                       (self._ring - 1) * self.slot_s + (now - self._k * self.slot_s))
-        n_series, n_counts = len(self.series), 1 + len(self.counters)
+        n_series, n_counts = self._n_series, self._n_counts
         by_class: dict[str, dict[str, Any]] = {}
         for p in PRIORITIES:
             counts = [sum(c[p * n_counts + j] for c in self._counts) for j in range(n_counts)]
