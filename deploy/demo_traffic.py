@@ -10,7 +10,9 @@ zoo) the status shows swaps, host-tier models, queues per priority and preemptio
 
 It goes through Timeshare's own listener (port 8100) by default, and the batch callers are
 enough (``--batch-callers 8``) to keep the device busy, so the classes share a device that has a
-queue: that is where priorities act. At the end it prints, per class, the client's p50 / p99
+queue: that is where priorities act. The batch callers run in a process of their own (as a batch
+job would), so their client-side work never delays a realtime send; both send tensors in the
+binary tensor extension, as ``tritonclient.http`` does. At the end it prints, per class, the client's p50 / p99
 (cache hits apart: they never queue) with the pool's queue wait and compute for the same answers
 (each answer's ``queue_ms`` / ``compute_ms``), then the app's own per-class view from
 ``/v2/status`` (end to end at the ingress; queue wait against compute on each device; shed and
@@ -24,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import multiprocessing
 import os
 import random
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -60,6 +65,14 @@ class Tally:
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
     queue_ms: dict[str, list[float]] = field(default_factory=dict)
     compute_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    def merge(self, other: Tally) -> None:
+        """Add ``other``'s counts and samples (another process's callers)."""
+        self.outcomes.update(other.outcomes)
+        for mine, theirs in ((self.latency_ms, other.latency_ms), (self.queue_ms, other.queue_ms),
+                             (self.compute_ms, other.compute_ms)):
+            for k, v in theirs.items():
+                mine.setdefault(k, []).extend(v)
 
     def add(self, kind: str, outcome: str, ms: float, params: dict | None = None) -> None:
         self.outcomes[f"{kind} {outcome}"] += 1
@@ -104,19 +117,27 @@ async def _targets(client: httpx.AsyncClient, models: list[str] | None, rng: np.
     return out
 
 
-def _body(t: Target, x: np.ndarray, priority: str, deadline_ms: float) -> dict:
-    return {"inputs": [{"name": t.input_name, "shape": list(x.shape), "datatype": "FP32",
-                        "data": x.reshape(-1).tolist()}],
-            "parameters": {"priority": priority, "deadline_ms": deadline_ms,
-                           "caller": f"demo-{priority}"}}
+def _body(t: Target, x: np.ndarray, priority: str, deadline_ms: float
+          ) -> tuple[bytes, dict[str, str]]:
+    """The request in the binary tensor extension (what ``tritonclient.http`` sends): a JSON
+    header, then the raw FP32 rows; no JSON list of floats to build or parse."""
+    blob = np.ascontiguousarray(x, dtype=np.float32).tobytes()
+    head = json.dumps({
+        "inputs": [{"name": t.input_name, "shape": list(x.shape), "datatype": "FP32",
+                    "parameters": {"binary_data_size": len(blob)}}],
+        "parameters": {"priority": priority, "deadline_ms": deadline_ms,
+                       "caller": f"demo-{priority}"}}).encode()
+    return head + blob, {"Inference-Header-Content-Length": str(len(head)),
+                         "Content-Type": "application/octet-stream"}
 
 
 async def _send(client: httpx.AsyncClient, t: Target, x: np.ndarray, kind: str,
                 deadline_ms: float, tally: Tally) -> None:
     start = time.perf_counter()
     try:
-        r = await client.post(f"/v2/models/{t.name}/infer",
-                              json=_body(t, x, kind, deadline_ms), timeout=deadline_ms / 1e3 + 5)
+        body, headers = _body(t, x, kind, deadline_ms)
+        r = await client.post(f"/v2/models/{t.name}/infer", content=body, headers=headers,
+                              timeout=deadline_ms / 1e3 + 5)
         p = r.json().get("parameters", {}) if r.status_code == 200 else {}
         outcome = (f"http {r.status_code}" if r.status_code != 200 else
                    "degraded" if p.get("degraded") else
@@ -138,7 +159,7 @@ async def run_traffic(url: str, *, duration_s: float, rate: float, batch_callers
     pick = random.Random(seed)
     headers = {"X-API-Key": api_key} if api_key else None
     tally = Tally()
-    limits = httpx.Limits(max_connections=max_inflight + batch_callers)
+    limits = httpx.Limits(max_connections=max_inflight)
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits,
                                  timeout=30) as client:
         targets = await _targets(client, models, rng)
@@ -147,13 +168,11 @@ async def run_traffic(url: str, *, duration_s: float, rate: float, batch_callers
         end = time.monotonic() + duration_s
         inflight: set[asyncio.Task] = set()
 
-        async def batch_caller() -> None:
-            while time.monotonic() < end:
-                t = pick.choices(targets, weights)[0]
-                x = rng.normal(size=(batch_rows, t.features)).astype(np.float32)
-                await _send(client, t, x, "batch", 10_000, tally)
-
-        batchers = [asyncio.create_task(batch_caller()) for _ in range(batch_callers)]
+        # The batch callers are another client (another process, as a batch job would be): in
+        # this one, their work would delay the realtime sends and count in realtime latency.
+        batchers = asyncio.get_running_loop().run_in_executor(
+            None, _batch_process, url, api_key, targets, weights, time.time() + duration_s,
+            batch_callers, batch_rows, seed + 1)
         while time.monotonic() < end:
             await asyncio.sleep(pick.expovariate(rate))
             if len(inflight) >= max_inflight:
@@ -165,7 +184,43 @@ async def run_traffic(url: str, *, duration_s: float, rate: float, batch_callers
             task = asyncio.create_task(_send(client, t, x, "realtime", 500, tally))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
-        await asyncio.gather(*batchers, *inflight)
+        await asyncio.gather(*inflight)
+        tally.merge(await batchers)
+    return tally
+
+
+def _batch_process(url: str, api_key: str | None, targets: list[Target], weights: list[float],
+                   end_wall_s: float, callers: int, rows: int, seed: int) -> Tally:
+    """Run ``callers`` closed-loop batch callers in a child process until ``end_wall_s``."""
+    if callers <= 0:
+        return Tally()
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked event loop
+    with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+        return ex.submit(_batch_main, url, api_key, targets, weights, end_wall_s, callers, rows,
+                         seed).result()
+
+
+def _batch_main(url: str, api_key: str | None, targets: list[Target], weights: list[float],
+                end_wall_s: float, callers: int, rows: int, seed: int) -> Tally:
+    return asyncio.run(_batch_callers(url, api_key, targets, weights, end_wall_s, callers, rows,
+                                      seed))
+
+
+async def _batch_callers(url: str, api_key: str | None, targets: list[Target],
+                         weights: list[float], end_wall_s: float, callers: int, rows: int,
+                         seed: int) -> Tally:
+    rng, pick, tally = np.random.default_rng(seed), random.Random(seed), Tally()
+    headers = {"X-API-Key": api_key} if api_key else None
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30,
+                                 limits=httpx.Limits(max_connections=callers)) as client:
+
+        async def caller() -> None:
+            while time.time() < end_wall_s:
+                t = pick.choices(targets, weights)[0]
+                x = rng.normal(size=(rows, t.features)).astype(np.float32)
+                await _send(client, t, x, "batch", 10_000, tally)
+
+        await asyncio.gather(*(caller() for _ in range(callers)))
     return tally
 
 
