@@ -12,9 +12,9 @@ It goes through Timeshare's own listener (port 8100) by default, and the batch c
 enough (``--batch-callers 8``) to keep the device busy, so the classes share a device that has a
 queue: that is where priorities act. The batch callers run in a process of their own (as a batch
 job would), so their client-side work never delays a realtime send; both send tensors in the
-binary tensor extension, as ``tritonclient.http`` does. At the end it prints, per class, the client's p50 / p99
-(cache hits apart: they never queue) with the pool's queue wait and compute for the same answers
-(each answer's ``queue_ms`` / ``compute_ms``), then the app's own per-class view from
+binary tensor extension, as ``tritonclient.http`` does. At the end it prints, per class, the
+client's p50 / p99 (cache hits apart: they never queue) with the pool's queue wait and compute
+for the same answers (each answer's ``queue_ms`` / ``compute_ms``), then the app's own view from
 ``/v2/status`` (end to end at the ingress; queue wait against compute on each device; shed and
 refused counts) over its last 30 to 36 s.
 
