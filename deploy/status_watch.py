@@ -1,9 +1,12 @@
 """``timeshare status --watch``: a live terminal view of ``/v2/status`` (rich), about every second.
 
 Per device: memory, resident models by bytes, the host tier, queue depth per priority, swaps/s,
-preemptions/s. Per model: request rate, p99, cache-hit and degraded shares, breaker state. Then
-every refused or failed model config or version with its reason, file and field, and the firing
-alerts. Rates are the change of the replica's cumulative counters between two polls.
+preemptions/s. Per priority class (the last 30 to 36 s): request rate, p50 and p99 latency end to
+end at the ingress, each device's queue wait against its compute (p50 / p99), and how many
+requests were shed or refused. Per model: request rate, p99, cache-hit and degraded shares,
+breaker state. Then every refused or failed model config or version with its reason, file and
+field, and the firing alerts. Device rates are the change of the replica's cumulative counters
+between two polls.
 When stdout is not a terminal it prints one snapshot and exits (``--frames`` to take more);
 ``--record FILE`` also writes every frame as plain text (how docs/ops/status-watch.txt was made).
 """
@@ -103,6 +106,39 @@ def _models_table(status: dict) -> Table:
     return t
 
 
+def _wait_cell(pools: dict, label: str, series: str) -> str:
+    """Each device's p50 / p99 of ``series`` for class ``label`` (its pool named when several)."""
+    cells = []
+    for pool, info in pools.items():
+        row = info.get("device", {}).get("classes", {}).get("by_class", {}).get(label)
+        if row is None:
+            continue
+        q = row.get(f"{series}_ms") or {}
+        cells.append((pool, f"{_fmt(q.get('p50'))} / {_fmt(q.get('p99'))}"))
+    if len(cells) == 1:
+        return cells[0][1]
+    return "\n".join(f"{pool} {cell}" for pool, cell in cells) or "–"
+
+
+def _classes_table(status: dict) -> Table | None:
+    classes = status.get("classes")
+    if not classes:
+        return None  # an app from before the per-class view
+    pools = {p: i for p, i in status.get("pools", {}).items() if "error" not in i}
+    t = Table("class", "req/s", "p50 ms", "p99 ms", "queue p50 / p99 ms",
+              "compute p50 / p99 ms", "shed", "refused", "errors",
+              title=f"priority classes (last {classes.get('window_s', 0):.0f} s; latency end to "
+                    "end at the ingress, queue wait and compute on the device)",
+              title_justify="left", expand=False)
+    for label in PRIORITIES:
+        row = classes.get("by_class", {}).get(label, {})
+        lat = row.get("latency_ms") or {}
+        t.add_row(label, _fmt(row.get("rate_per_s")), _fmt(lat.get("p50")), _fmt(lat.get("p99")),
+                  _wait_cell(pools, label, "queue"), _wait_cell(pools, label, "compute"),
+                  str(row.get("shed", 0)), str(row.get("refused", 0)), str(row.get("errors", 0)))
+    return t
+
+
 def render(status: dict, rates: Rates, *, at: float, source: str) -> Group:
     """One frame of the view from a ``/v2/status`` body."""
     firing = status.get("firing_alerts", [])
@@ -110,6 +146,9 @@ def render(status: dict, rates: Rates, *, at: float, source: str) -> Group:
                   f"{len(firing)} alert(s) firing", style="bold")
     parts: list[Any] = [header]
     parts += [_device_panel(p, i, rates, at) for p, i in status.get("pools", {}).items()]
+    classes = _classes_table(status)
+    if classes is not None:
+        parts.append(classes)
     parts.append(_models_table(status))
     problems = load_problems(status)
     parts.append(Text("refused or failed: " + ("none" if not problems else ""),

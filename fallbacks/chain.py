@@ -43,8 +43,12 @@ from fallbacks.steps import (
 from fallbacks.throttle import AdaptiveThrottle
 from pool.errors import RequestExpired
 
-__all__ = ["Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep", "ModelExecutor",
-           "ModelReply", "PoolName", "Target", "compile_chain"]
+__all__ = ["POOL_REFUSALS", "Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep",
+           "ModelExecutor", "ModelReply", "PoolName", "Target", "compile_chain"]
+
+# A pool's refusals (asyncio.QueueFull, pool.errors.RequestExpired) as a failed step's outcome,
+# hence as a degraded answer's reason: the request was refused unrun, not failed.
+POOL_REFUSALS = frozenset({"error: QueueFull", "error: RequestExpired"})
 
 _Gates = tuple[CircuitBreaker | None, AdaptiveThrottle | None]  # a remote call's breaker, throttle
 
@@ -348,7 +352,9 @@ class ChainRunner:
             head += f" (primary skipped: {reason})"
         timed_out = deadline.expired() or any(a.outcome in ("timeout", "expired") for a in attempts)
         cls = DeadlineExceeded if timed_out else ServiceUnavailable
-        return cls(f"{head}; tried {tried}")
+        cause = "shed" if reason else (
+            "refused" if _first_failure(attempts) in POOL_REFUSALS else None)
+        return cls(f"{head}; tried {tried}", cause=cause)
 
 
 def _refused(attempts: list[Attempt], prefix: str, target: Target, outcome: str) -> None:

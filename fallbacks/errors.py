@@ -24,17 +24,22 @@ __all__ = [
 
 
 class TimeshareError(Exception):
-    """Base class: ``status_code`` is the HTTP status, ``field`` the offending field if any."""
+    """Base class: ``status_code`` is the HTTP status, ``field`` the offending field if any,
+    ``cause`` why no answer could be produced where that is a load decision: ``"shed"``
+    (admission turned the request away) or ``"refused"`` (a pool refused it unrun); the status
+    views count them per priority class."""
 
     status_code: int = 500
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None,
+                 cause: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.cause = cause
 
     def __reduce__(self):  # keyword-only args need an explicit pickle recipe
-        return (_rebuild, (type(self), self.message, self.field))
+        return (_rebuild, (type(self), self.message, self.field, self.cause))
 
     def to_dict(self) -> dict:
         body: dict = {"error": self.message, "type": type(self).__name__}
@@ -43,8 +48,9 @@ class TimeshareError(Exception):
         return body
 
 
-def _rebuild(cls: type[TimeshareError], message: str, field: str | None) -> TimeshareError:
-    return cls(message, field=field)
+def _rebuild(cls: type[TimeshareError], message: str, field: str | None,
+             cause: str | None = None) -> TimeshareError:
+    return cls(message, field=field, cause=cause)
 
 
 class InvalidRequest(TimeshareError):

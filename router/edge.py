@@ -178,9 +178,12 @@ class EdgeGate:
     them feed and read the same admission model."""
 
     def __init__(self, settings: EdgeSettings, *, clock: Callable[[], float] = time.monotonic,
-                 loop_load: LoopLoad | None = None) -> None:
+                 loop_load: LoopLoad | None = None,
+                 on_refused: Callable[[Priority], None] | None = None) -> None:
         self.settings = settings
         self.clock = clock
+        self._on_refused = on_refused  # a request refused here never reaches the pipeline's
+        # recorders: the status views' per-class shed count hears of it from this
         self.state = EdgeState(initial_service_s=settings.initial_service_s, clock=clock,
                                standing_window_s=settings.admission.standing_window_s)
         self.loop_load = loop_load or LoopLoad()
@@ -203,6 +206,8 @@ class EdgeGate:
         if not self.settings.shed_to_fallback or not fallback_affordable(
                 loop_busy=self.loop_load.busy,
                 max_loop_busy=self.settings.fallback_max_loop_busy):
+            if self._on_refused is not None:
+                self._on_refused(priority)
             return Verdict(refused=f"{why}; retry later", retry_after_s=decision.retry_after_s)
         return Verdict(shed_reason=f"shed at the edge: {why}",
                        retry_after_s=decision.retry_after_s)

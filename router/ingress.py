@@ -91,7 +91,8 @@ class Ingress:
                 max_export_batch_size=tm.max_export_batch,
                 schedule_delay_ms=tm.export_interval_ms, export_timeout_ms=tm.export_timeout_ms))
         self.telemetry.observe_devices(self._pool_totals.live, self._pool_totals.restarts)
-        self.model_stats = ModelStatsRecorder()  # rate, p99, shares per model for the status
+        # per model (rate, p99, shares) and per priority class (rate, p50/p99, shed, refused)
+        self.model_stats = ModelStatsRecorder()
         if s.prometheus_port is not None:
             serve_metrics(s.prometheus_port)
         self.counters = CounterRecorder(slow_s=s.slow_request_s)
@@ -105,7 +106,8 @@ class Ingress:
         self.pipeline = self._build_pipeline(s)
         self._infer_endpoint = InferEndpoint(self)
         # one admission for every front door of this replica: HTTP (both ports) and gRPC
-        self._gate = EdgeGate(s.edge) if s.edge.enabled else None
+        self._gate = (EdgeGate(s.edge, on_refused=self.model_stats.edge_refused)
+                      if s.edge.enabled else None)
         self._app = mount_edge(build_http_app(self), settings=s.edge,
                                max_body_bytes=s.max_body_bytes,
                                default_deadline_ms=s.default_deadline_ms,
@@ -285,6 +287,7 @@ class Ingress:
             out["cache"]["verified"] = verified.as_dict()
         out["routes"] = sorted(self.pipeline.routes)
         out["models"] = self.model_stats.snapshot()
+        out["classes"] = self.model_stats.classes.snapshot()
         evaluator = getattr(self, "_evaluator", None)
         out["firing_alerts"] = [] if evaluator is None else [dict(a.labels)
                                                              for a in evaluator.firing()]

@@ -3,8 +3,9 @@
 Each request gets its rows of the batch's outputs (numpy views for numpy callers: one
 conversion per batch, and a numpy slice costs a tenth of a tensor slice); a request whose rows
 have all come back is answered with one ``WorkResult``, its parts joined in row order (the
-batches of a split request may finish out of order on two streams). Runs on the worker's event
-loop; the worker closes the batch's swap-in before.
+batches of a split request may finish out of order on two streams), and its queue wait,
+compute and swap-in go into the worker's per-class window (the status views). Runs on the
+worker's event loop; the worker closes the batch's swap-in before.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import torch
 
 from pool._private.chunk import Batch, join_rows, name_outputs
 from pool._private.queue import Pending
+from pool.class_window import ClassWindow
 from pool.types import Rows, WorkResult
 
 __all__ = ["answer_batch", "finish"]
 
 
-def answer_batch(b: Batch, device: str) -> None:
+def answer_batch(b: Batch, device: str, classes: ClassWindow) -> None:
     """Give each request of ``b`` its rows and answer the finished ones (``device``: the
-    label their results carry)."""
+    label their results carry; ``classes``: where their queue wait and compute are recorded)."""
     entry = b.entry
     outputs = name_outputs(entry.config, b.raw)
     if len(b.parts) == 1 and b.parts[0][2] == b.parts[0][0].rows:
-        _answer_whole(b, b.parts[0][0], outputs, device)  # one request, whole: no slicing
+        _answer_whole(b, b.parts[0][0], outputs, device, classes)  # one request, whole
         return
     arrays: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()}
                                if any(p.as_numpy for p, _, _ in b.parts) else dict(outputs))
@@ -41,11 +43,12 @@ def answer_batch(b: Batch, device: str) -> None:
         p.swap_s += b.swap_s
         p.batch = max(p.batch, b.rows)
         if p.done >= p.rows:
-            finish(p, device)
+            finish(p, device, classes)
     entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
 
 
-def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device: str) -> None:
+def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device: str,
+                  classes: ClassWindow) -> None:
     p.done = p.rows
     p.compute_s += b.device_s
     p.swap_s += b.swap_s
@@ -54,7 +57,7 @@ def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device
         outs: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
                                  else dict(outputs))
         p.parts.append((0, outs))
-        finish(p, device)
+        finish(p, device, classes)
     queue = b.entry.queue
     if len(queue) == 1 and queue[0] is p:
         queue.clear()
@@ -62,8 +65,9 @@ def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device
         b.entry.queue = [q for q in queue if q.done < q.rows and not q.future.done()]
 
 
-def finish(p: Pending, device: str) -> None:
-    """Answer ``p`` with its rows, joined in row order (a no-op once it is answered)."""
+def finish(p: Pending, device: str, classes: ClassWindow) -> None:
+    """Answer ``p`` with its rows, joined in row order, and record its queue wait and compute
+    (and swap-in) in ``classes`` (a no-op once it is answered)."""
     if p.future.done():
         return
     if len(p.parts) == 1:
@@ -71,6 +75,7 @@ def finish(p: Pending, device: str) -> None:
     else:
         p.parts.sort(key=lambda part: part[0])
         outs = {k: join_rows([part[k] for _, part in p.parts]) for k in p.parts[0][1]}
-    queue_ms = ((p.first_start or p.arrival) - p.arrival) * 1e3
-    p.future.set_result(WorkResult(outs, queue_ms, p.compute_s * 1e3, p.swap_s * 1e3,
+    queue_s = (p.first_start or p.arrival) - p.arrival
+    classes.observe(p.priority, (queue_s, p.compute_s, p.swap_s))
+    p.future.set_result(WorkResult(outs, queue_s * 1e3, p.compute_s * 1e3, p.swap_s * 1e3,
                                    p.batch, device))

@@ -17,6 +17,7 @@ import numpy as np
 from policies.estimates import ewma
 from policies.priority import Priority
 from policies.scheduling import ModelView, RequestView, ScheduleDecision
+from pool.class_window import ClassWindow
 from pool.config import ModelConfig
 from pool.errors import RequestExpired
 from pool.types import ModelKey, Rows
@@ -74,11 +75,18 @@ class ModelQueue:
         self.last_arrival = now
 
 
-class QueueState:
-    """Every model's queue on one device, bounded by ``max_queue`` requests in all."""
+REFUSED = 0  # the counter of ``QueueState.classes``: requests refused unrun
 
-    def __init__(self, max_queue: int, label: str = "") -> None:
+
+class QueueState:
+    """Every model's queue on one device, bounded by ``max_queue`` requests in all.
+    ``classes``: the worker's per-class window, where refusals (queue full, or a deadline that
+    cannot be met) are counted."""
+
+    def __init__(self, max_queue: int, label: str = "", *,
+                 classes: ClassWindow | None = None) -> None:
         self.label = label
+        self.classes = classes
         self.models: dict[ModelKey, ModelQueue] = {}
         # The models with queued work (an entry may stay listed with an empty queue until the
         # next walk drops it): every walk per decision goes over these, so a decision costs in
@@ -113,6 +121,8 @@ class QueueState:
         if self._queued_at_most >= self._max_queue:
             self._queued_at_most = sum(len(e.queue) for _, e in self._busy())
             if self._queued_at_most >= self._max_queue:
+                if self.classes is not None:
+                    self.classes.count(priority, REFUSED)
                 raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
         first = next(iter(inputs.values()))
         p = Pending(next(self._ids), key, inputs, int(first.shape[0]),
@@ -202,6 +212,8 @@ class QueueState:
             keep = []
             for p in entry.queue:
                 if p.id in wanted:
+                    if self.classes is not None and not p.future.done():
+                        self.classes.count(p.priority, REFUSED)
                     fail(p, RequestExpired(f"{p.key}: deadline cannot be met (not run)"))
                     dropped += 1
                 else:

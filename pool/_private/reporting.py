@@ -7,6 +7,7 @@ from typing import Any, Protocol
 from policies.priority import PRIORITIES
 from pool._private.queue import QueueState
 from pool._private.residency import Residency
+from pool.class_window import ClassWindow
 from pool.device import DeviceSpec
 from pool.types import DeviceCounters, RoutingStats
 
@@ -19,6 +20,7 @@ class ReportedWorker(Protocol):
     device: DeviceSpec
     tiers: Residency
     queues: QueueState
+    classes: ClassWindow
     incarnation: str
     preemptions: int
     preempted_by: list[int]
@@ -73,6 +75,8 @@ def worker_status(w: ReportedWorker) -> dict[str, Any]:
         "evictions": mem.evictions,
         "preemptions": w.preemptions,
         "preemptions_by": {p.label: w.preempted_by[p] for p in PRIORITIES},
+        # per class, recent: requests/s, queue wait, compute and swap-in (ms), refusals
+        "classes": w.classes.snapshot(),
         "expired": w.expired,
         "chunks": w.chunks,
         "inline_chunks": w.inline_chunks,

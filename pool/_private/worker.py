@@ -55,6 +55,7 @@ from pool._private.loads import BackgroundLoads
 from pool._private.queue import ModelQueue, QueueState, fail
 from pool._private.reporting import worker_counters, worker_status
 from pool._private.residency import Residency
+from pool.class_window import ClassWindow
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded
@@ -63,6 +64,7 @@ from pool.types import DeviceCounters, ModelKey, RoutingStats, Rows, WorkResult
 __all__ = ["INLINE_AFTER_RUNS", "DeviceWorker"]
 
 
+CLASS_SERIES = ("queue", "compute", "swap")  # recorded per answered request (answers.finish)
 _PUMP_STEPS = 64  # decisions per pump before yielding to the loop (a bound, not a tuning knob)
 
 
@@ -118,7 +120,10 @@ class DeviceWorker:
         self.tiers = Residency(device, memory=memory, eviction=eviction, clock=clock)
         self.batches = BatchBuilder(device, self.tiers)
         self.executor = (executor or _executor)(device, self.tiers, self._completed)
-        self.queues = QueueState(max_queue, device.label)
+        # Per class over the last 30-36 s: queue wait, compute and swap-in of every answered
+        # request, and refusals (the status views; fixed memory, pool.class_window).
+        self.classes = ClassWindow(series=CLASS_SERIES, counters=("refused",), clock=clock)
+        self.queues = QueueState(max_queue, device.label, classes=self.classes)
         self._closed = False
         self._pumping = False
         self._timer: asyncio.TimerHandle | None = None
@@ -449,7 +454,7 @@ class DeviceWorker:
         if b.swap is not None:
             b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
             b.swap = None
-        answer_batch(b, self.device.label)
+        answer_batch(b, self.device.label, self.classes)
 
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""

@@ -2,8 +2,10 @@
 
 A small static page (HTML, JS, CSS shipped as package data; no build step, no CDN) that polls
 ``/v2/status`` every second and shows per device the resident models by bytes, the host tier,
-queue depth per priority, swaps/s, preemptions/s and memory; per model rate, p99, cache-hit and
-degraded shares and breaker state; firing alerts; and small plots of swaps, queues and p99.
+queue depth per priority, swaps/s, preemptions/s and memory; per priority class the request
+rate, p50 and p99 end to end, each device's queue wait against compute, and the shed and
+refused counts; per model rate, p99, cache-hit and degraded shares and breaker state; firing
+alerts; and small plots of swaps, queues, p99, and p99 per class.
 
 Read-only. The page itself holds no data; ``/v2/status`` needs the operator key when one is set,
 so the page asks for it and keeps it in the tab's ``sessionStorage`` only (sent as

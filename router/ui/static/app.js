@@ -3,7 +3,7 @@
 const KEY = "timeshare.key";
 const POINTS = 120;  // two minutes of history per plot
 const PRIORITIES = ["realtime", "interactive", "batch", "background"];
-const history = { swaps: [], queue: [], p99: [] };
+const history = { swaps: [], queue: [], p99: [], classes: Object.fromEntries(PRIORITIES.map((p) => [p, []])) };
 let previous = null;  // {at, swaps, preemptions} per device, for rates
 
 const $ = (sel) => document.querySelector(sel);
@@ -34,6 +34,27 @@ function plot(svg, series, label) {
   const cap = svg.parentElement.querySelector("figcaption");
   cap.replaceChildren(label + " ", el("b", { "data-testid": svg.id + "-now" },
                                     num(series[series.length - 1] ?? 0)));
+}
+
+// One line per priority class (the classes with traffic), on a shared scale.
+function plotClasses(svg, byClass) {
+  const shown = PRIORITIES.filter((p) => byClass[p].some((v) => v > 0));
+  const max = Math.max(1e-9, ...shown.flatMap((p) => byClass[p]));
+  const step = 240 / (POINTS - 1);
+  svg.replaceChildren();
+  for (const p of shown) {
+    const series = byClass[p];
+    const off = POINTS - series.length;
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", series.map((v, i) =>
+      `${((off + i) * step).toFixed(1)},${(58 - (v / max) * 54).toFixed(1)}`).join(" "));
+    line.setAttribute("class", "class-" + p);
+    svg.append(line);
+  }
+  const cap = svg.parentElement.querySelector("figcaption");
+  cap.replaceChildren("p99 by class (ms) ", ...shown.map((p) =>
+    el("b", { class: "class-" + p, "data-testid": "plot-class-" + p },
+       `${p} ${num(byClass[p][byClass[p].length - 1] ?? 0, 0)} `)));
 }
 
 function devices(status, now) {
@@ -122,6 +143,35 @@ function renderProblems(status) {
     : [el("tr", {}, el("td", { class: "muted", colspan: "6" }, "none"))]));
 }
 
+// "p50 / p99" of one class's series on each device (the pool named when there are several).
+function waitCell(status, label, series) {
+  const cells = [];
+  for (const [pool, info] of Object.entries(status.pools || {})) {
+    const row = ((((info.device || {}).classes || {}).by_class) || {})[label];
+    if (!row) continue;
+    const q = row[series + "_ms"] || {};
+    cells.push([pool, `${num(q.p50)} / ${num(q.p99)}`]);
+  }
+  if (cells.length === 1) return cells[0][1];
+  return cells.map(([pool, c]) => `${pool} ${c}`).join("; ") || "–";
+}
+
+function renderClasses(status) {
+  const classes = status.classes || {};
+  const byClass = classes.by_class || {};
+  $("#classes-window").textContent = classes.window_s === undefined ? ""
+    : `(last ${num(classes.window_s, 0)} s)`;
+  $("#classes tbody").replaceChildren(...PRIORITIES.map((p) => {
+    const r = byClass[p] || {};
+    const lat = r.latency_ms || {};
+    return el("tr", { "data-class": p }, el("td", {}, p), el("td", {}, num(r.rate_per_s)),
+      el("td", {}, num(lat.p50)), el("td", { "data-testid": "p99-" + p }, num(lat.p99)),
+      el("td", {}, waitCell(status, p, "queue")), el("td", {}, waitCell(status, p, "compute")),
+      el("td", {}, String(r.shed || 0)), el("td", {}, String(r.refused || 0)),
+      el("td", {}, String(r.errors || 0)));
+  }));
+}
+
 function renderAlerts(status) {
   const firing = status.firing_alerts || [];
   $("#alerts").replaceChildren(...(firing.length ? firing.map((a) => el("li", { class: a.severity || "" },
@@ -155,7 +205,11 @@ async function poll() {
   plot($("#plot-swaps"), history.swaps, "swaps/s");
   plot($("#plot-queue"), history.queue, "queued requests");
   plot($("#plot-p99"), history.p99, "worst p99 (ms)");
+  for (const p of PRIORITIES)
+    push(history.classes[p], ((((status.classes || {}).by_class || {})[p] || {}).latency_ms || {}).p99 || 0);
+  plotClasses($("#plot-classes"), history.classes);
   renderDevices(rows);
+  renderClasses(status);
   renderModels(status);
   renderProblems(status);
   renderAlerts(status);

@@ -226,6 +226,32 @@ def test_status_lists_devices_models_and_queues(http):
     assert "queue_depth" in cpu["device"] and "resident" in cpu["device"]
 
 
+def test_status_shows_each_priority_class_end_to_end_and_on_the_device(http):
+    auth = {"X-API-Key": API_KEY}
+
+    x = np.random.default_rng(7).normal(size=(3, 64)).astype(np.float32)
+    for priority, rows in (("realtime", 1), ("batch", 3)):
+        for i in range(4):  # fresh rows, cache bypassed: every request reaches the device
+            r = http.post("/v2/models/digits-small/infer", json=v2_body(
+                "pixels", x[:rows] + i, priority=priority, deadline_ms=60000,
+                cache_skip_read=True, cache_skip_write=True))
+            assert r.status_code == 200 and not r.json()["parameters"]["degraded"], r.text
+    st = http.get("/v2/status", headers=auth).json()
+    edge = st["classes"]["by_class"]
+    dev = st["pools"]["cpu"]["device"]["classes"]["by_class"]
+    assert st["classes"]["window_s"] > 0
+    for label in ("realtime", "batch"):
+        # end to end at the ingress: the 4 requests (the window is 30 s or more: still in it)
+        assert edge[label]["requests"] >= 4, edge[label]
+        assert edge[label]["rate_per_s"] > 0 and edge[label]["latency_ms"]["p99"] > 0
+        assert {"shed", "refused", "errors"} <= set(edge[label])
+        # on the device: queue wait against compute, per class
+        assert dev[label]["requests"] >= 4, dev[label]
+        assert dev[label]["compute_ms"]["p50"] > 0 and dev[label]["queue_ms"]["p99"] is not None
+        assert "refused" in dev[label]
+    assert set(edge) == set(dev) == {"realtime", "interactive", "batch", "background"}
+
+
 def test_fast_then_refine_streams_over_sse_and_the_handle(app, http):
     from router.schemas import InferenceRequest
 

@@ -2,8 +2,8 @@
 
 - Prometheus: a real server scrapes the app; every pool series exists and moves, and every
   panel query of ``deploy/grafana/timeshare.json`` returns data.
-- The status page (``/ui``): headless Chromium loads it, it shows the demo models, and its
-  numbers change while traffic runs.
+- The status page (``/ui``): headless Chromium loads it, it shows the demo models and the
+  priority classes, and its numbers change while traffic runs.
 
 Each test skips, saying what to install, when its binary is missing (``make test`` installs
 both where it can).
@@ -170,6 +170,13 @@ def test_status_page_in_headless_chromium_shows_the_models_and_moves(operator_ap
         browser.wait_for(f"{_text('[data-testid=swaps]')} !== {swaps_before!r}", 20)
         browser.wait_for("[...document.querySelectorAll('#models tr[data-model] td:nth-child(2)')]"
                          ".some(td => parseFloat(td.textContent) > 0)", 20)
+        # ... and the priority classes (the demo's realtime and batch callers) show their p99
+        assert browser.evaluate(
+            "[...document.querySelectorAll('#classes tr[data-class]')].map(r => r.dataset.class)"
+        ) == ["realtime", "interactive", "batch", "background"]
+        for label in ("realtime", "batch"):
+            browser.wait_for(f"parseFloat(document.querySelector('[data-testid=p99-{label}]')"
+                             ".textContent) > 0", 20)
         # A few more polls, so the plots have a history in the screenshot.
         polled = browser.evaluate("history.swaps.length")
         browser.wait_for(f"history.swaps.length >= {polled + 4}", 30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 
 import numpy as np
@@ -181,6 +182,25 @@ async def test_empty_chain_raises_clear_errors():
         await runner(ex2).run(
             REQ, deadline=Deadline.after_ms(1000), chain=(), primary=Target("big")
         )
+
+
+async def test_an_unanswered_request_says_whether_it_was_shed_or_refused():
+    ex = FakeExecutor({("big", "gpu"): "expired"})
+    with pytest.raises(ServiceUnavailable) as refused:
+        await runner(ex).run(REQ, deadline=Deadline.after_ms(1000), chain=(),
+                             primary=Target("big"))
+    assert refused.value.cause == "refused"  # the pool refused it unrun
+    with pytest.raises(ServiceUnavailable) as shed:
+        await runner(ex).run(REQ, deadline=Deadline.after_ms(1000), chain=(), primary=None,
+                             reason="shed: batch over capacity", local_only=True)
+    assert shed.value.cause == "shed"
+    with pytest.raises(ServiceUnavailable) as failed:
+        await runner(FakeExecutor({("big", "gpu"): "raise"})).run(
+            REQ, deadline=Deadline.after_ms(1000), chain=(), primary=Target("big"))
+    assert failed.value.cause is None
+    again = pickle.loads(pickle.dumps(refused.value))  # it crosses Ray handles
+    assert (type(again), again.cause, again.message) == (
+        ServiceUnavailable, "refused", refused.value.message)
 
 
 async def test_exhausted_chain_raises():

@@ -22,7 +22,19 @@ def _status(swaps: int, preemptions: int) -> dict:
             "swaps": {"count": swaps, "bytes": swaps << 20, "ms": 12.0},
             "evictions": 5, "preemptions": preemptions,
             "memory": {"used_bytes": 1 << 20, "total_bytes": 2 << 20, "host_used_bytes": 3 << 20},
+            "classes": {"window_s": 30.0, "by_class": {
+                "realtime": {"requests": 40, "rate_per_s": 1.3, "refused": 0,
+                             "queue_ms": {"p50": 0.4, "p99": 2.5, "mean": 0.6},
+                             "compute_ms": {"p50": 1.1, "p99": 3.2, "mean": 1.2}},
+                "batch": {"requests": 20, "rate_per_s": 0.7, "refused": 3,
+                          "queue_ms": {"p50": 61.0, "p99": 240.0, "mean": 80.0},
+                          "compute_ms": {"p50": 9.5, "p99": 30.0, "mean": 10.0}}}},
         }, "models": {"big": {}, "small": {}, "cold": {}}}},
+        "classes": {"window_s": 30.0, "by_class": {
+            "realtime": {"requests": 40, "rate_per_s": 1.3, "shed": 0, "refused": 0, "errors": 0,
+                         "latency_ms": {"p50": 4.2, "p99": 11.7, "mean": 5.0}},
+            "batch": {"requests": 20, "rate_per_s": 0.7, "shed": 4, "refused": 3, "errors": 1,
+                      "latency_ms": {"p50": 88.0, "p99": 310.0, "mean": 99.0}}}},
         "breakers": {"big@cpu": "open", "small@cpu": "closed"},
         "models": {"big": {"rate_per_s": 4.0, "p99_ms": 80.5, "cache_hit_share": 0.25,
                            "degraded_share": 0.5}},
@@ -47,6 +59,11 @@ def test_a_frame_shows_devices_models_and_alerts_with_rates_between_polls() -> N
     assert "host tier (1) cold@1" in out
     assert "cpu open" in out and "80.5" in out and "25%" in out and "50%" in out
     assert "TimeshareSwapThrashing P3" in out and "1 alert(s) firing" in out
+    # per priority class: rate, p50/p99 end to end, queue wait against compute, shed/refused
+    assert "priority classes (last 30 s" in out
+    assert "realtime │ 1.3 │ 4.2 │ 11.7 │ 0.4 / 2.5 │ 1.1 / 3.2 │ 0 │ 0 │ 0" in out
+    assert "batch │ 0.7 │ 88.0 │ 310.0 │ 61.0 / 240.0 │ 9.5 / 30.0 │ 4 │ 3 │ 1" in out
+    assert "background │ – │ – │ – │ – │ – │ 0 │ 0 │ 0" in out  # no request seen
 
 
 def test_a_frame_lists_refused_and_failed_configs_and_versions_with_their_reasons() -> None:

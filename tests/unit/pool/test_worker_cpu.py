@@ -114,6 +114,25 @@ async def test_past_deadline_is_expired_not_run(make_worker):
     assert w.status()["expired"] == 1 and w.status()["chunks"] == 0
 
 
+async def test_status_per_class_has_queue_wait_compute_and_refusals(make_worker):
+    w = make_worker()
+    await add(w, 1)
+    await asyncio.gather(*(w.infer(key(0), {"x": torch.randn(4, 16)}, priority=G)
+                           for _ in range(3)))
+    await w.infer(key(0), {"x": torch.randn(1, 16)}, priority=R)
+    with pytest.raises(RequestExpired):
+        await w.infer(key(0), {"x": torch.randn(1, 16)}, priority=Priority.BATCH,
+                      deadline=w._clock() - 0.01)
+    by = w.status()["classes"]["by_class"]
+    assert (by["background"]["requests"], by["background"]["refused"]) == (3, 0)
+    assert (by["realtime"]["requests"], by["realtime"]["refused"]) == (1, 0)
+    assert (by["batch"]["requests"], by["batch"]["refused"]) == (0, 1)  # refused unrun
+    for label in ("realtime", "background"):
+        assert by[label]["compute_ms"]["p50"] > 0 and by[label]["rate_per_s"] > 0
+        assert by[label]["queue_ms"]["p99"] is not None and by[label]["swap_ms"]["p50"] is not None
+    assert by["interactive"]["requests"] == 0 and by["interactive"]["queue_ms"]["p50"] is None
+
+
 async def test_model_bigger_than_the_device_raises_device_out_of_memory(make_worker):
     w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=2048))
     try:
