@@ -229,7 +229,8 @@ _TENSORS_MATCH = (
     "The JSON body is the Open Inference Protocol request. What JSON Schema cannot say: each "
     "input must match the model's metadata (GET /v2/models/{name}: name, datatype, shape with "
     "-1 for any size) with as many values as its shape holds, and names are unique. An unknown "
-    "model, route or version is 404 whatever the body. ")
+    "model, route or version is 404 whatever the JSON holds (the limits on a body's size, "
+    "nesting and arrival come first: 413, 400, 408). ")
 
 INFER_BODY: dict[str, Any] = {
     "description": _TENSORS_MATCH + "Large tensors: the binary extension, "
