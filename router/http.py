@@ -142,7 +142,7 @@ class _MethodIndex:
     routers the app includes; asked on the 405 path only."""
 
     def __init__(self, routers: list[APIRouter]) -> None:
-        self._routes = [(route.path_regex, frozenset(route.methods)) for router in routers
+        self._routes = [(route.path_regex, frozenset(route.methods or ())) for router in routers
                         for route in router.routes if isinstance(route, APIRoute)]
 
     def allow(self, path: str, also: str = "") -> str:

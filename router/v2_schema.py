@@ -16,6 +16,7 @@ would satisfy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -270,12 +271,14 @@ _ERRORS: dict[int, dict[str, Any]] = {
 }
 
 
-def responses(ok: dict[int, dict[str, Any]], *errors: int,
+def responses(success: Mapping[int, dict[str, Any]], *errors: int,
               error_model: type[BaseModel] = ErrorBody) -> dict[int | str, dict[str, Any]]:
-    """A route's declared answers: ``ok`` (status -> FastAPI response dict) and the error
-    statuses it can answer, each in the app's error shape (``error_model``), plus 500 (the
-    crash handler's, in the plain error shape)."""
-    out: dict[int | str, dict[str, Any]] = dict(ok)
+    """A route's declared answers: ``success`` (status -> FastAPI response dict, see
+    :func:`ok`) and the error statuses it can answer, each in the app's error shape
+    (``error_model``), plus 500 (the crash handler's, in the plain error shape)."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status, answer in success.items():
+        out[status] = answer
     for status in sorted(errors):
         out[status] = {"model": error_model, **_ERRORS[status]}
     out[500] = {"model": ErrorBody, **_ERRORS[500]}  # the crash handler's body, on any route
