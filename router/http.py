@@ -293,12 +293,6 @@ async def _decode(front: Frontend, name: str, version: str | None, request: Requ
         raise await model_error_first(front, name, version, e) from None
 
 
-class _EventStream(StreamingResponse):
-    """What infer_stream answers: the media type its 200 is declared with (docs only)."""
-
-    media_type = "text/event-stream"
-
-
 def _infer_routes(front: Frontend) -> APIRouter:
     r = APIRouter()
     infer_answers = responses(INFER_OK, *INFER_ERRORS)
@@ -336,12 +330,12 @@ def _infer_routes(front: Frontend) -> APIRouter:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     @r.post("/v2/models/{name}/infer_stream", openapi_extra=STREAM_BODY,
-            responses=stream_answers, response_class=_EventStream)
+            responses=stream_answers)
     async def infer_stream(name: str, request: Request):
         return await _stream(name, None, request)
 
     @r.post("/v2/models/{name}/versions/{version}/infer_stream", openapi_extra=STREAM_BODY,
-            responses=stream_answers, response_class=_EventStream)
+            responses=stream_answers)
     async def infer_stream_version(name: str, version: str, request: Request):
         return await _stream(name, version, request)
 

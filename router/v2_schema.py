@@ -315,7 +315,8 @@ ADMIN_SECURITY: list[dict[str, list[str]]] = [{"bearerKey": []}, {"apiKeyHeader"
 
 
 def finish_openapi(spec: dict[str, Any], *, secured: set[tuple[str, str]]) -> dict[str, Any]:
-    """The generated document, made exact: no 422 (validation errors are 400s, declared), the
+    """The generated document, made exact: no 422 (validation errors are 400s, declared), no
+    empty JSON answer FastAPI adds beside a declared one (infer_stream's events), the
     path parameters' limits (``MAX_NAME_CHARS``; the publish pattern), and the operator key's
     security on the operations in ``secured`` (``(METHOD, path)``)."""
     spec.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
@@ -326,6 +327,10 @@ def finish_openapi(spec: dict[str, Any], *, secured: set[tuple[str, str]]) -> di
             answers = op.get("responses", {})
             if answers.get("422", {}).get("description") == "Validation Error":  # FastAPI's
                 del answers["422"]
+            for answer in answers.values():  # FastAPI's default JSON beside declared content
+                content = answer.get("content", {})
+                if len(content) > 1 and content.get(_JSON) == {"schema": {}}:
+                    del content[_JSON]
             for param in op.get("parameters", ()):
                 if param.get("in") != "path":
                     continue
