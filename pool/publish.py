@@ -39,9 +39,10 @@ from pool.loader import WEIGHT_FILES, load_module
 from pool.repository import read_config
 from pool.trust import TrustSettings
 
-__all__ = ["PublishRefused", "PublishSettings", "Published", "Publisher"]
+__all__ = ["NAME_PATTERN", "PublishRefused", "PublishSettings", "Published", "Publisher"]
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"  # a published model's name and version
+_NAME = re.compile(NAME_PATTERN)
 
 
 class PublishSettings(BaseModel):

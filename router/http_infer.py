@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 
 from router.decode_memo import DecodeMemo
 from router.edge import arrival_s, shed_reason
-from router.errors import InvalidRequest, TimeshareError
+from router.errors import InvalidRequest, ModelNotFound, TimeshareError
 from router.schemas import CacheControl, InferenceRequest
 from router.v2 import (
     HEADER_LENGTH,
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from router.http import Frontend
 
 __all__ = ["InferEndpoint", "MAX_NAME_CHARS", "check_json_only", "check_name", "decode_infer",
-           "header_length", "infer_headers", "match_infer", "presented_key", "request_from_v2"]
+           "header_length", "infer_headers", "match_infer", "model_error_first", "presented_key",
+           "request_from_v2"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,20 @@ def match_infer(scope: Scope) -> tuple[str, str | None] | None:
 def check_name(kind: str, value: str | None) -> None:
     if value is not None and len(value) > MAX_NAME_CHARS:
         raise InvalidRequest(f"{kind}: longer than {MAX_NAME_CHARS} characters", field=kind)
+
+
+async def model_error_first(front: Frontend, name: str, version: str | None,
+                            error: InvalidRequest) -> TimeshareError:
+    """What a refused request's model says first: an unknown model or version (404) answers
+    so whatever the body held, as on every other per-model route; else ``error``. Called on
+    the error path only: an accepted request never pays for the lookup."""
+    try:
+        await front.model_ready(name, version)
+    except ModelNotFound as e:
+        return e
+    except TimeshareError:  # e.g. a route's version: the body's own error stands
+        pass
+    return error
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:
@@ -200,9 +215,13 @@ class InferEndpoint:
             check_name("model", name)
             check_name("version", version)
             headers_in = infer_headers(scope)
-            length = header_length(headers_in, stream=False)
-            decoded, req = decode_infer(name, version, body, headers_in, scope, stream=False,
-                                        length=length, decode=self.memo.decode)
+            try:
+                length = header_length(headers_in, stream=False)
+                decoded, req = decode_infer(name, version, body, headers_in, scope,
+                                            stream=False, length=length,
+                                            decode=self.memo.decode)
+            except InvalidRequest as e:  # an unknown model is 404 whatever the body
+                raise await model_error_first(self.front, name, version, e) from None
             response = await self.front.infer(req)
             payload, headers = encode_infer_response(response, decoded)
             self.memo.answered(body, length, decoded, response.cache)

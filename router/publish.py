@@ -28,11 +28,26 @@ from fastapi.responses import JSONResponse
 
 from pool.publish import Publisher, PublishRefused
 from router.errors import PayloadTooLarge
+from router.v2_schema import PublishAnswer, ok, responses
 
 __all__ = ["publish_routes"]
 
 _TAR_TYPES = ("application/x-tar", "application/gzip", "application/x-gzip",
               "application/octet-stream", "application/x-compressed-tar")
+
+
+# The body as OpenAPI can say it: bytes of an archive, or file parts. That the bytes are a tar
+# archive holding a usable model is beyond JSON Schema: any bytes fit ``format: binary``, and
+# the server refuses what is not an archive (400) or not a usable model (422).
+_ARCHIVE_BODY: dict[str, Any] = {"requestBody": {
+    "required": True,
+    "description": "A tar archive (tar czf - -C mymodel .) or multipart/form-data file parts "
+                   "(the part's filename names the file), holding config.yaml and the weights.",
+    "content": {
+        **{t: {"schema": {"type": "string", "format": "binary"}} for t in _TAR_TYPES},
+        "multipart/form-data": {"schema": {
+            "type": "object", "additionalProperties": {"type": "string", "format": "binary"}}},
+    }}}
 
 
 def _refused(e: PublishRefused) -> JSONResponse:
@@ -69,7 +84,9 @@ def publish_routes(publisher: Publisher, *, check_key: Callable[[Request], None]
     limit = publisher.settings.max_archive_bytes
     path = "/v2/repository/models/{name}/versions/{version}"
 
-    @r.post(path, status_code=201)
+    @r.post(path, status_code=201, openapi_extra=_ARCHIVE_BODY, responses=responses(
+        {201: ok(PublishAnswer, "Published: the pools load it on their next poll.")},
+        400, 401, 409, 413, 415, 422))
     async def publish(name: str, version: str, request: Request):
         check_key(request)
         try:
@@ -92,7 +109,8 @@ def publish_routes(publisher: Publisher, *, check_key: Callable[[Request], None]
                              "files": list(done.files), "bytes": done.nbytes,
                              "new_model": done.new_model}, status_code=201)
 
-    @r.delete(path)
+    @r.delete(path, responses=responses({200: ok(PublishAnswer, "Retired.")}, 400, 401, 404,
+                                        409))
     async def retire(name: str, version: str, request: Request):
         check_key(request)
         try:

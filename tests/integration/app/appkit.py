@@ -39,6 +39,7 @@ class App:
     receiver: Any
     call_log: Path
     grpc: str | None = None  # host:port of the gRPC listener (router.grpc_v2)
+    listener: str | None = None  # base URL of Timeshare's own HTTP listener (router.listener)
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)

@@ -73,7 +73,7 @@ def app(demo_repo_master, tmp_path_factory):
     if redis:
         redis.start()
     receiver = start_receiver()
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port, listener_port = free_port(), free_port(), free_port()
     call_log = root / "calllog.jsonl"
     # 6 logical CPUs: this app takes 3 replicas of one CPU each; the listener's autoscaling
     # test adds an app that grows to 3 more (Ray schedules by these counts, not by cores)
@@ -99,11 +99,15 @@ def app(demo_repo_master, tmp_path_factory):
         # only the fault tests' dedicated caller is limited; every other caller is unlimited
         "quotas": {"callers": {"faults-quota": {"rate_per_s": 0.5, "burst": 2}}},
         "grpc": {"port": grpc_port},  # the Open Inference Protocol over gRPC (test_grpc.py)
+        # Timeshare's own HTTP port (router.listener), as deploy/config.yaml has it: the
+        # contract test holds both front doors to the OpenAPI document
+        "listener": {"port": listener_port},
     }
     serve.run(build_app(args), name="timeshare", route_prefix="/")
     url = f"http://127.0.0.1:{http_port}"
     a = App(url=url, repo=repo, handle=serve.get_app_handle("timeshare"), redis=redis,
-            receiver=receiver, call_log=call_log, grpc=f"127.0.0.1:{grpc_port}")
+            receiver=receiver, call_log=call_log, grpc=f"127.0.0.1:{grpc_port}",
+            listener=f"http://127.0.0.1:{listener_port}")
     a.wait_for(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 200, 120, "ready")
     yield a
     serve.shutdown()
