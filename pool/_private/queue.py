@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from policies.device_queue import ModelView, RequestView
 from policies.estimates import ewma
 from policies.priority import Priority
-from policies.scheduling import ModelView, RequestView, ScheduleDecision
+from policies.scheduling import ScheduleDecision
 from pool.config import ModelConfig
 from pool.errors import RequestExpired
 from pool.types import ModelKey, Rows
