@@ -21,6 +21,7 @@ from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
+from pool.request_router import published_stats
 from router._private.callers import digest, identify
 from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
 from router._private.model_stats import ModelStatsRecorder
@@ -68,7 +69,8 @@ class Ingress:
             digest(k): who for k, who in s.caller_keys.items()}
         self.max_body_bytes = s.max_body_bytes
         self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
-        self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
+        self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h, published_stats)
+                                               for n, h in pools.items()}
         self._local = await start_local_pool(s)
         if self._local is not None:
             self._pools["cpu"] = LocalPoolClient(self._local)
