@@ -1,8 +1,10 @@
-"""Errors raised by the pool (model loading and the device workers)."""
+"""Errors raised by the pool (model loading and the device workers). Its refusal of work whose
+deadline it cannot meet, ``RequestExpired``, is shared with the fallback chain: it lives in
+``common.fallback_types``."""
 
 from __future__ import annotations
 
-__all__ = ["ModelLoadError", "RequestExpired", "DeviceOutOfMemory", "ModelNotLoaded"]
+__all__ = ["ModelLoadError", "DeviceOutOfMemory", "ModelNotLoaded"]
 
 
 class ModelLoadError(Exception):
@@ -21,10 +23,6 @@ class ModelLoadError(Exception):
 
 def _rebuild_load_error(path: str, message: str, field: str | None) -> ModelLoadError:
     return ModelLoadError(path, message, field=field)
-
-
-class RequestExpired(Exception):
-    """The request's deadline passed before it could run; it was not run (fallback path)."""
 
 
 class DeviceOutOfMemory(Exception):

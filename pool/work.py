@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.fallback_types import RequestExpired
 from policies.priority import PRIORITIES, Priority
 from policies.replica_ranking import RouteTarget
 from pool.config import ModelConfig
-from pool.errors import DeviceOutOfMemory, ModelNotLoaded, RequestExpired
+from pool.errors import DeviceOutOfMemory, ModelNotLoaded
 
 __all__ = ["PoolRefusal", "PoolReply", "PoolWork", "route_target_of", "routing_id", "unwrap"]
 

@@ -15,9 +15,12 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from alerting.config import load_config
+from alerting.rules import MetricsSnapshot, RuleEvaluator
+from alerting.telemetry import Telemetry
+from common.tasks import cancel_and_wait
 from fallbacks import BreakerRegistry, BreakerState, StateTransition
 from fallbacks.cluster_quotas import ClusterQuotas
-from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
@@ -60,8 +63,6 @@ log = logging.getLogger("ray.serve")
 class Ingress:
     async def __init__(self, settings: AppSettings, pools: dict[str, DeploymentHandle],  # type: ignore[misc]
                        alerter: DeploymentHandle | None = None) -> None:
-        from alerting.telemetry import Telemetry
-
         self.settings = s = settings
         self.api_key = s.resolved_api_key()
         # Keys are looked up by digest: a dict probe on the secret itself would leak timing.
@@ -133,9 +134,6 @@ class Ingress:
         )
 
     def _start_alerting(self, s: AppSettings) -> None:
-        from alerting.config import load_config
-        from alerting.rules import RuleEvaluator
-
         cfg = load_config(s.alerting or {})
         self._evaluator = RuleEvaluator(cfg.rules, cfg.environment)
         self._tasks.append(asyncio.get_running_loop().create_task(self._alert_loop()))
@@ -185,8 +183,6 @@ class Ingress:
             await asyncio.sleep(min(self.settings.poll_interval_s, 1.0))
 
     async def _alert_loop(self) -> None:
-        from alerting.rules import MetricsSnapshot
-
         while True:
             await asyncio.sleep(self.settings.alert_eval_interval_s)
             try:
