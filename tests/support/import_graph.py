@@ -80,19 +80,31 @@ class _Collector(ast.NodeVisitor):
         self.is_package = path.name == "__init__.py"
         self.depth = 0
         self.found: list[Import] = []
+        self._last: tuple[int, str | None] | None = None  # (end line, reason) of the last import
 
     def _reason(self, node: ast.stmt) -> str | None:
-        """The ``# lazy:`` comment on the statement's lines or on the line just above it."""
+        """The ``# lazy:`` reason of an import statement: on one of its own lines, in the comment
+        lines just above it, or the reason of the import statement on the line just above (one
+        comment may cover a group of imports)."""
         end = node.end_lineno or node.lineno
-        for text in self.lines[max(node.lineno - 2, 0) : end]:
+        for text in self.lines[node.lineno - 1 : end]:
             if LAZY_MARK in text:
                 return text.split(LAZY_MARK, 1)[1].strip() or None
+        above = node.lineno - 2  # index of the line above
+        while above >= 0 and self.lines[above].strip().startswith("#"):
+            if LAZY_MARK in self.lines[above]:
+                return self.lines[above].split(LAZY_MARK, 1)[1].strip() or None
+            above -= 1
+        if self._last is not None and self._last[0] == node.lineno - 1:
+            return self._last[1]
         return None
 
     def _add(self, node: ast.stmt, name: str) -> None:
         target = _resolve(name, self.modules)
         if target == self.source:
             return
+        reason = self._reason(node) if self.depth > 0 else None
+        self._last = (node.end_lineno or node.lineno, reason)
         self.found.append(
             Import(
                 self.source,
@@ -101,7 +113,7 @@ class _Collector(ast.NodeVisitor):
                 self.path,
                 node.lineno,
                 self.depth > 0,
-                self._reason(node) if self.depth > 0 else None,
+                reason,
             )
         )
 
