@@ -27,7 +27,7 @@ from alerting.engine import EngineFull, NotificationEngine
 from alerting.events import ENV_LABEL, SEVERITY_LABEL, Alert, Severity, parse_severity
 from alerting.notification import Notification
 from alerting.telemetry import Telemetry
-from fallbacks.tasks import cancel_and_wait
+from common.tasks import cancel_and_wait
 
 __all__ = ["Alerter"]
 

@@ -1,4 +1,4 @@
-"""Alerting's clocks: the one :data:`fallbacks.clock.Clock` type, on wall time (epoch seconds).
+"""Alerting's clocks: the one :data:`common.clock.Clock` type, on wall time (epoch seconds).
 
 Everything time-dependent in ``alerting`` takes a clock so tests drive it exactly.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from fallbacks.clock import Clock, FakeClock
+from common.clock import Clock, FakeClock
 
 __all__ = ["Clock", "FakeClock", "SystemClock"]
 

@@ -27,7 +27,7 @@ import httpx
 from alerting.clock import Clock, SystemClock
 from alerting.config import DeliveryConfig
 from alerting.notification import Notification
-from fallbacks.tasks import cancel_and_wait
+from common.tasks import cancel_and_wait
 
 __all__ = ["Channel", "ChannelStats", "DeliveryResult", "HttpRequest", "TokenBucket"]
 

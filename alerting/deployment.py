@@ -14,10 +14,12 @@ import asyncio
 from dataclasses import asdict
 from typing import Any
 
+import prometheus_client
 from ray import serve
 
 from alerting.alerter import Alerter
 from alerting.config import AlertingConfig, load_config
+from alerting.telemetry import Telemetry
 
 __all__ = ["AlerterDeployment"]
 
@@ -30,9 +32,7 @@ class AlerterDeployment:
         cfg = config if isinstance(config, AlertingConfig) else load_config(config)
         telemetry = None
         if cfg.prometheus_port is not None:
-            import prometheus_client
 
-            from alerting.telemetry import Telemetry
 
             telemetry = Telemetry(prometheus=True)
             prometheus_client.start_http_server(cfg.prometheus_port, addr="127.0.0.1")

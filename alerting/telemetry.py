@@ -44,14 +44,17 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import INVALID_SPAN, Span
+from prometheus_client import REGISTRY
 
 from alerting._private.device_instruments import DeviceSample, register_device_instruments
 from alerting._private.histograms import HistogramCollector, LabelledHistogram
@@ -100,8 +103,6 @@ class Telemetry:
         all_readers = list(readers)
         self.prometheus_reader: MetricReader | None = None
         if prometheus:
-            from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
             kw = {"registry": registry} if registry is not None else {}
             self.prometheus_reader = PrometheusMetricReader(**kw)
             all_readers.append(self.prometheus_reader)
@@ -126,8 +127,6 @@ class Telemetry:
             ("model", "priority", "device"), SECONDS_BUCKETS)
         self._collector: tuple[Any, HistogramCollector] | None = None
         if prometheus:
-            from prometheus_client import REGISTRY
-
             reg = registry if registry is not None else REGISTRY
             self._collector = (reg, HistogramCollector((self.requests, self.queue_delays)))
             reg.register(self._collector[1])
@@ -147,8 +146,6 @@ class Telemetry:
     @classmethod
     def in_memory(cls, *, sample_ratio: float = 1.0) -> Telemetry:
         """For tests: metrics in ``.metric_reader``, finished spans in ``.span_exporter``."""
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
         reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
         t = cls(readers=[reader], span_exporter=spans, sample_ratio=sample_ratio)
         t.metric_reader, t.span_exporter = reader, spans  # type: ignore[attr-defined]

@@ -57,7 +57,7 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
     import ray
     from ray import serve
 
-    from pool.trust import TrustSettings
+    from common.trust import TrustSettings
     from router.app import build_from_settings
     from router.edge import EdgeSettings
     from router.settings import AppSettings, CallLogSettings, CpuPoolSettings

@@ -64,7 +64,7 @@ def make_device_model(repo: Path, *, device_ms: float, name: str = DEVICE_MODEL)
 
 async def _build(repo: str, state_dir: str, *, edge: bool, deadline_ms: float,
                  edge_overrides: dict | None = None):
-    from pool.trust import TrustSettings
+    from common.trust import TrustSettings
     from router.edge import EdgeSettings
     from router.ingress import Ingress
     from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
@@ -74,7 +74,7 @@ async def _build(repo: str, state_dir: str, *, edge: bool, deadline_ms: float,
         cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
         call_log=CallLogSettings(path=str(Path(state_dir) / "calllog.jsonl")),
         edge=EdgeSettings(enabled=edge, **(edge_overrides or {})),
-        # the operator allows the chaos factory its device-bound model names (pool.trust)
+        # the operator allows the chaos factory its device-bound model names (common.trust)
         trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
     # Ingress is the class Ray Serve wraps; its own class (the wrapper's base) is built here.
     cls = Ingress.func_or_class.__mro__[1]  # type: ignore[attr-defined]

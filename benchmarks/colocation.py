@@ -20,7 +20,8 @@ mode, passive OpenMP threads; a value the caller's environment sets wins; report
 - timeshare: the real ``pool.deployments.PoolDeployment`` over the same repository folder (CPU
   stand-in with the same budget, weights kept in the host tier, swap-in = a copy into the device
   arena), routed by ``TimeshareRequestRouter`` and called as the ingress calls it
-  (``infer.remote(pool.work.PoolWork(...))``).
+  (``infer.options(multiplexed_model_id=work.routing_id).remote(work)``, ``work`` a
+  ``pool.work.PoolWork``).
 
 Reports p50/p99 latency over all requests (a request the pool refuses as expired counts with the
 time it took to be refused: the ingress would answer it from the fallback chain), p99 over model
@@ -220,9 +221,11 @@ async def _timeshare_at(app, rate: float, names, weights, k: int, args) -> dict:
     async def call(name, x, deadline_s):
         # What the ingress sends: one PoolWork; a refusal (e.g. expired: not run, the ingress
         # would answer from the fallback chain) is a miss.
+        # The routing id in the call's metadata is what the request router reads.
         now = time.time()
-        unwrap(await ts.infer.remote(PoolWork(name, None, {input_name: x}, Priority.INTERACTIVE,
-                                              deadline_at=now + deadline_s, arrived_at=now)))
+        work = PoolWork(name, None, {input_name: x}, Priority.INTERACTIVE,
+                        deadline_at=now + deadline_s, arrived_at=now)
+        unwrap(await ts.infer.options(multiplexed_model_id=work.routing_id).remote(work))
         return True
 
     await _warm_up(call, names[:k], args)

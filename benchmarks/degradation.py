@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from benchmarks._output import emit
+from common.fallback_types import FallbackStep
 from fallbacks import (
     BreakerRegistry,
     ChainRunner,
@@ -36,7 +37,6 @@ from fallbacks import (
     Target,
     compile_chain,
 )
-from pool.config import FallbackStep
 
 IN_FEATURES, OUT_FEATURES = 64, 10
 

@@ -36,6 +36,7 @@ import yaml
 from torch import nn
 
 from benchmarks._output import emit
+from common.fallback_types import RequestExpired
 from deploy.demo import build_demo_repository
 from deploy.demo_data import load_splits
 from policies.priority import Priority
@@ -44,7 +45,6 @@ from pool import ModelKey
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
-from pool.errors import RequestExpired
 
 CHEAP, EXPENSIVE = "digits-small", "digits-large"
 HEAVY = ModelKey("digits-large-x", "1")

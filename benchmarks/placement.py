@@ -148,9 +148,10 @@ async def _arm(arm: str, repo: str, state_dir: str, budget: int, names, k: int, 
         await asyncio.sleep(0.5)
 
     async def call(name, x, deadline_s):
-        now = time.time()
-        return await handle.infer.remote(PoolWork(name, None, {"tokens": x}, Priority.INTERACTIVE,
-                                                  deadline_at=now + deadline_s, arrived_at=now))
+        now = time.time()  # the routing id in the call's metadata is what the router reads
+        work = PoolWork(name, None, {"tokens": x}, Priority.INTERACTIVE,
+                        deadline_at=now + deadline_s, arrived_at=now)
+        return await handle.infer.options(multiplexed_model_id=work.routing_id).remote(work)
 
     x = ARCHS["encoder"].sample(np.random.default_rng(0))
     for name in reversed(names[:2 * k]):  # warm: the 2K most popular, as each router places them

@@ -184,7 +184,7 @@ _SUBCOMMAND_MODULES = ("deploy", "alerting")
 
 
 def _load(path: str) -> Callable[[list[str]], int]:
-    from pool.trust import ModuleAllowlist, resolve_callable
+    from common.trust import ModuleAllowlist, resolve_callable
 
     return resolve_callable(path, allow=ModuleAllowlist(_SUBCOMMAND_MODULES), what="subcommand")
 

@@ -27,8 +27,8 @@ import torch
 import yaml
 from torch import nn
 
+from common.trust import DEMO_MODULES, ModuleAllowlist, resolve_callable
 from deploy.demo_data import Split, load_splits
-from pool.trust import DEMO_MODULES, ModuleAllowlist, resolve_callable
 
 __all__ = ["DemoSpec", "demo_specs", "build_demo_repository", "DEFAULT_REPO"]
 

@@ -26,7 +26,7 @@ from fallbacks.chain import (
     Target,
     compile_chain,
 )
-from fallbacks.deadline import Clock, Deadline, resolve_deadline_ms
+from fallbacks.deadline import Deadline, resolve_deadline_ms
 from fallbacks.errors import (
     DeadlineExceeded,
     Forbidden,
@@ -59,7 +59,6 @@ __all__ = [
     "ChainResult",
     "ChainRunner",
     "CircuitBreaker",
-    "Clock",
     "CompiledStep",
     "Deadline",
     "DeadlineExceeded",

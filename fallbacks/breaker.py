@@ -35,8 +35,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.clock import Clock
 from fallbacks._private.windows import CountWindow, TimeWindow, Totals
-from fallbacks.deadline import Clock
 
 __all__ = [
     "BreakerConfig",

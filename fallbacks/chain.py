@@ -26,9 +26,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.clock import Clock
+from common.fallback_types import RequestExpired
 from fallbacks._private.shared_timeout import SharedTimeouts
 from fallbacks.breaker import BreakerRegistry, CircuitBreaker
-from fallbacks.deadline import Clock, Deadline
+from fallbacks.deadline import Deadline
 from fallbacks.errors import DeadlineExceeded, ServiceUnavailable, TimeshareError
 from fallbacks.pool_throttle import PoolThrottles
 from fallbacks.request import FallbackRequest
@@ -41,7 +43,6 @@ from fallbacks.steps import (
     step_target,
 )
 from fallbacks.throttle import AdaptiveThrottle
-from pool.errors import RequestExpired
 
 __all__ = ["POOL_REFUSALS", "Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep",
            "ModelExecutor", "ModelReply", "PoolName", "Target", "compile_chain"]

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from fallbacks.deadline import Clock
+from common.clock import Clock
 from fallbacks.errors import QuotaExceeded
 from fallbacks.quotas import CallerQuotas, QuotaConfig, QuotaLease
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fallbacks.clock import Clock
+from common.clock import Clock
 
-__all__ = ["Clock", "Deadline", "resolve_deadline_ms"]
+__all__ = ["Deadline", "resolve_deadline_ms"]
 
 
 

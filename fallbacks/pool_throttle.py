@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from fallbacks.deadline import Clock
+from common.clock import Clock
 from fallbacks.throttle import AdaptiveThrottle
 
 __all__ = ["PoolThrottled", "PoolThrottles"]

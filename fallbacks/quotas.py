@@ -17,7 +17,7 @@ from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fallbacks.deadline import Clock
+from common.clock import Clock
 from fallbacks.errors import QuotaExceeded
 
 __all__ = ["CallerLimits", "CallerQuotas", "QuotaConfig", "QuotaLease"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from common.trust import ModuleAllowlist
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rules import CallableRule, load_rules
-from pool.trust import ModuleAllowlist
 
 __all__ = ["RuleEngine", "RuleMatch"]
 

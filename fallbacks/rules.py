@@ -34,8 +34,8 @@ from pydantic import (
     model_validator,
 )
 
+from common.trust import ModuleAllowlist, resolve_callable
 from fallbacks.request import FallbackRequest, as_outputs
-from pool.trust import ModuleAllowlist, resolve_callable
 
 __all__ = [
     "CallableRule",

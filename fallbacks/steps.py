@@ -9,10 +9,10 @@ from typing import Literal
 
 import numpy as np
 
+from common.fallback_types import FallbackStep
+from common.trust import ModuleAllowlist
 from fallbacks.request import FallbackRequest, as_outputs
 from fallbacks.rule_engine import RuleEngine
-from pool.config import FallbackStep
-from pool.trust import ModuleAllowlist
 
 __all__ = ["CompiledStep", "PoolName", "Target", "compile_chain", "follows", "step_target"]
 

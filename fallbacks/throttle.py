@@ -6,8 +6,8 @@ import random
 import time
 from collections.abc import Callable
 
+from common.clock import Clock
 from fallbacks._private.windows import TimeBuckets
-from fallbacks.deadline import Clock
 from policies.admission import throttle_reject_probability
 
 __all__ = ["AdaptiveThrottle"]

@@ -25,6 +25,7 @@ from policies.calibration import (
     threshold_for_share,
     tradeoff_curve,
 )
+from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.eviction import (
     EVICTION_POLICIES,
     EvictionDecision,
@@ -77,11 +78,8 @@ from policies.scheduling import (
     DEFAULT_CHUNK_MS,
     SCHEDULING_POLICIES,
     FifoSchedulingPolicy,
-    ModelView,
     PrioritySchedulingPolicy,
-    RequestView,
     ScheduleDecision,
-    SchedulerSnapshot,
     SchedulingPolicy,
     get_scheduling_policy,
 )

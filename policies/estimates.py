@@ -17,10 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from policies.scheduling import ModelView, RequestView
+from policies.device_queue import ModelView, RequestView
 
 __all__ = [
     "EWMA_ALPHA",

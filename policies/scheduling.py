@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.estimates import request_work_s
 from policies.priority import Priority
 
@@ -28,11 +29,8 @@ __all__ = [
     "DEFAULT_CHUNK_MS",
     "SCHEDULING_POLICIES",
     "FifoSchedulingPolicy",
-    "ModelView",
     "PrioritySchedulingPolicy",
-    "RequestView",
     "ScheduleDecision",
-    "SchedulerSnapshot",
     "SchedulingPolicy",
     "device_scheduling_policy",
     "get_scheduling_policy",
@@ -50,52 +48,6 @@ DEFAULT_CHUNK_MS: Mapping[Priority, float | None] = {
     Priority.BATCH: 2.0,
     Priority.BACKGROUND: 2.0,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class RequestView:
-    """One queued request: ``rows`` still to run (``started`` once a chunk of it ran)."""
-
-    id: int
-    priority: Priority
-    deadline: float | None
-    arrival: float
-    rows: int
-    started: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ModelView:
-    """One model's queue on the device and what it costs to run it."""
-
-    key: str
-    resident: bool
-    requests: tuple[RequestView, ...]
-    max_batch_size: int
-    batch_wait_s: float = 0.0
-    row_cost_s: float = 0.0  # measured compute time per row (EWMA)
-    swap_cost_s: float = 0.0  # estimated time to make it resident
-    arrival_gap_s: float = 0.0  # typical time between this model's arrivals (EWMA)
-    # Its weights are being loaded from disk into the host tier off the device loop: it cannot
-    # run yet, and the load does not hold the device (other models run meanwhile).
-    loading: bool = False
-    # row_cost_s is a fresh measurement (False: the initial guess, or a stale one shown as it).
-    measured: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerSnapshot:
-    """The device's queues at ``now``; ``current`` is the model whose slice began at
-    ``slice_start``; ``pace`` is how far behind its estimates the device runs
-    (``policies.estimates.Pace.factor``, 1: exactly at them)."""
-
-    now: float
-    models: tuple[ModelView, ...]
-    current: str | None = None
-    slice_start: float = 0.0
-    slice_s: float = 0.05
-    chunk_size: int = 16
-    pace: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

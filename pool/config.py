@@ -9,13 +9,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.fallback_types import FallbackStep
 from policies.priority import Priority, parse_priority
 
 __all__ = [
     "DTYPES",
     "TensorSpec",
     "CacheConfig",
-    "FallbackStep",
     "CompileConfig",
     "ModelConfig",
     "FORMATS",
@@ -80,29 +80,6 @@ class CacheConfig(BaseModel):
     similarity_threshold: float | None = Field(
         None, ge=0, le=1, description="Semantic tier threshold; the app default when omitted."
     )
-
-
-class FallbackStep(BaseModel):
-    """One step of a fallback chain, tried in order."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["model", "cpu", "rules", "default"] = Field(..., description="Step kind.")
-    model: str | None = Field(None, description="For kind=model: the model to call.")
-    version: str | None = Field(None, description="For kind=model: a pinned version.")
-    rules: list[dict[str, Any]] | None = Field(None, description="For kind=rules: rule list.")
-    callable: str | None = Field(None, description="For kind=rules: 'module:function' instead.")
-    outputs: dict[str, Any] | None = Field(None, description="For kind=default: static outputs.")
-
-    @model_validator(mode="after")
-    def _check(self) -> FallbackStep:
-        if self.kind == "model" and not self.model:
-            raise ValueError("fallback step kind=model needs 'model'")
-        if self.kind == "default" and self.outputs is None:
-            raise ValueError("fallback step kind=default needs 'outputs'")
-        if self.kind == "rules" and not (self.rules or self.callable):
-            raise ValueError("fallback step kind=rules needs 'rules' or 'callable'")
-        return self
 
 
 class CompileConfig(BaseModel):

@@ -13,8 +13,8 @@ from typing import Any
 
 from ray import serve
 
+from common.trust import TrustSettings
 from pool.service import PoolService
-from pool.trust import TrustSettings
 from pool.work import PoolRefusal, PoolReply, PoolWork
 
 __all__ = ["PoolDeployment", "log_pool_to_serve"]

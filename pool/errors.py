@@ -1,9 +1,10 @@
-"""Errors raised by the pool (model loading and the device workers)."""
+"""Errors raised by the pool (model loading and the device workers). Its refusal of work whose
+deadline it cannot meet, ``RequestExpired``, is shared with the fallback chain: it lives in
+``common.fallback_types``."""
 
 from __future__ import annotations
 
-__all__ = ["ModelLoadError", "ModelRefused", "RequestExpired", "DeviceOutOfMemory",
-           "ModelNotLoaded"]
+__all__ = ["ModelLoadError", "ModelRefused", "DeviceOutOfMemory", "ModelNotLoaded"]
 
 
 class ModelLoadError(Exception):
@@ -27,7 +28,7 @@ class ModelLoadError(Exception):
 
 
 class ModelRefused(ModelLoadError):
-    """Refused at the trust boundary (``pool.trust``) before anything from it ran: a module
+    """Refused at the trust boundary (``common.trust``) before anything from it ran: a module
     outside the operator's allowlist, a pickled archive, a format the operator switched off."""
 
     state = "refused"
@@ -36,10 +37,6 @@ class ModelRefused(ModelLoadError):
 def _rebuild_load_error(cls: type[ModelLoadError], path: str, message: str,
                         field: str | None) -> ModelLoadError:
     return cls(path, message, field=field)
-
-
-class RequestExpired(Exception):
-    """The request's deadline passed before it could run; it was not run (fallback path)."""
 
 
 class DeviceOutOfMemory(Exception):

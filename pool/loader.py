@@ -3,7 +3,7 @@
 TorchScript archives are read with ``torch.jit.load`` (TorchScript's own restricted format, no
 arbitrary pickles, but its code can read and write files: ``trust.allow_torchscript`` gates it);
 safetensors files hold tensors only and the architecture comes from an import path in the model
-config, resolved only inside the operator's module allowlist (``pool.trust``); ``torch.export``
+config, resolved only inside the operator's module allowlist (``common.trust``); ``torch.export``
 programs (``model.pt2``) are checked record by record before ``torch.export.load`` so it never
 reaches its unpickling paths (``pool._private.export_format``); ONNX graphs run in ONNX Runtime
 (``pool._private.onnx_format``). Nothing here calls ``pickle`` or ``torch.load`` without
@@ -18,11 +18,15 @@ import zipfile
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import nn
 
+from common.trust import TrustSettings, check_import_path, resolve_callable
+from pool._private.export_format import load_exported
+from pool._private.onnx_format import load_onnx
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError, ModelRefused
-from pool.trust import TrustSettings, check_import_path, resolve_callable
 
 __all__ = ["WEIGHT_FILES", "load_module", "pickled", "shown_path"]
 
@@ -54,13 +58,9 @@ def _load_eager(version_dir: Path, config: ModelConfig, trust: TrustSettings) ->
         raise ModelRefused(shown, f"a pickled archive (torch.save / pickle), not "
                            f"{config.format}: refused, nothing was unpickled", field="format")
     if config.format == "torch_export":
-        from pool._private.export_format import load_exported
-
         return load_exported(weights, shown, allow_aoti=trust.allow_aoti,
                              device=config.device).eval()
     if config.format == "onnx":
-        from pool._private.onnx_format import load_onnx
-
         return load_onnx(weights, shown, config).eval()
     if config.format == "torchscript":
         if not trust.allow_torchscript:
@@ -76,9 +76,6 @@ def _load_eager(version_dir: Path, config: ModelConfig, trust: TrustSettings) ->
 
 
 def _load_safetensors(weights: Path, config: ModelConfig, trust: TrustSettings) -> nn.Module:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     assert config.architecture is not None  # ModelConfig validates this
     shown = shown_path(weights)
     try:

@@ -31,13 +31,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.trust import TrustSettings
 from pool._private.archive import ArchiveError, read_parts, read_tar
 from pool._private.chunk import warm_up
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError
 from pool.loader import WEIGHT_FILES, load_module
 from pool.repository import read_config
-from pool.trust import TrustSettings
 
 __all__ = ["NAME_PATTERN", "PublishRefused", "PublishSettings", "Published", "Publisher"]
 

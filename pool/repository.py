@@ -5,7 +5,7 @@
 counts once its weight file exists and has not changed for ``settle_s`` seconds, so a copy in
 progress is not picked up half-written (copying to a temporary name and renaming is best).
 
-The repository is a trust boundary (``pool.trust``): a config naming a module outside the
+The repository is a trust boundary (``common.trust``): a config naming a module outside the
 operator's allowlist, or TorchScript when the operator disabled it, is refused here with the
 reason, before anything is imported or loaded (``pool.errors.ModelRefused``). Errors name files
 relative to the repository.
@@ -21,10 +21,10 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from common.trust import TrustSettings, check_import_path, config_import_paths
 from pool.config import ModelConfig
 from pool.errors import ModelLoadError, ModelRefused
 from pool.loader import WEIGHT_FILES, shown_path
-from pool.trust import TrustSettings, check_import_path, config_import_paths
 
 __all__ = ["VersionEntry", "ModelEntry", "RepositorySnapshot", "ModelRepository", "version_order"]
 

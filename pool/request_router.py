@@ -12,9 +12,18 @@ Use it on a pool deployment that publishes :meth:`RoutingStats.to_dict` from its
         def record_routing_stats(self) -> dict:
             return self.worker.routing_stats().to_dict()
 
-The request's model, version and class are read from the typed ``pool.work.PoolWork`` the
-router sends as the only argument of ``infer``; any other call (``status``, ``index``...) is
+The request's model, version and class are read from the call's typed ``RequestMetadata``, never
+from its arguments: the caller sets ``multiplexed_model_id`` to the work's
+``pool.work.routing_id`` (``handle.options(multiplexed_model_id=...)``, as
+``router.pool_client.RemotePoolClient`` does). A call without one (``status``, ``index``...) is
 ranked by wait only. Ranking itself is the pure ``policies.replica_ranking.rank_replicas``.
+
+Ray Serve 2.60 indexes every pending request that has a ``multiplexed_model_id`` by that id and
+prunes the index only in ``MultiplexMixin``'s lookup, which ``FIFOMixin`` calls when it hands a
+chosen replica to a request; a router without both keeps every such request forever. So this
+router mixes both in, as Ray's own routers do: a replica chosen for a request goes to the oldest
+pending request with the same id (same model, version and class), the request itself at the
+latest.
 
 Placement (``policies.placement``): the router counts the requests it routes per model
 (``ArrivalRates``, a sliding window) and reads the per-model compute the replicas publish; the
@@ -30,26 +39,30 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from ray.serve.request_router import (
+    FIFOMixin,
+    MultiplexMixin,
+    PendingRequest,
+    RequestRouter,
+    RunningReplica,
+)
 
 from policies.placement import ModelLoad, PlacementConfig, ReplicaSlot, target_set
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
 from pool._private.routers import live, register
 from pool.types import RoutingStats
-from pool.work import PoolWork
+from pool.work import route_target_of
 
 __all__ = ["ArrivalRates", "TimeshareRequestRouter", "published_stats", "route_target",
            "replica_view"]
 
 
 def route_target(pending_request: PendingRequest | None) -> RouteTarget:
-    """The model/version/priority of a pending ``infer(PoolWork)`` call; empty otherwise."""
-    if pending_request is None or not pending_request.args:
+    """The model/version/priority of a pending call, from its metadata's
+    ``multiplexed_model_id`` (``pool.work.routing_id``); empty for a call without one."""
+    if pending_request is None or pending_request.metadata is None:
         return RouteTarget(None)
-    work = pending_request.args[0]
-    if not isinstance(work, PoolWork):
-        return RouteTarget(None)
-    return RouteTarget(work.model, work.version, work.priority)
+    return route_target_of(pending_request.metadata.multiplexed_model_id)
 
 
 def replica_view(replica_id: str, stats: dict[str, Any] | None) -> ReplicaView:
@@ -112,7 +125,7 @@ def replica_slots(views: Sequence[tuple[str, dict[str, Any] | None]]) -> list[Re
             for rid, stats in views if stats and "queue_delay_s" in stats]
 
 
-class TimeshareRequestRouter(RequestRouter):
+class TimeshareRequestRouter(FIFOMixin, MultiplexMixin, RequestRouter):
     """Ranks replicas: the model's placement target set first; then resident, then in host
     tier, then shortest estimated wait."""
 

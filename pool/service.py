@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from common.trust import TrustSettings
 from pool._private.compile_cache import configure_compile_cache
 from pool._private.cpu_affinity import CpuPinning, pin_replica
 from pool._private.worker import DeviceWorker, RoutingStats
@@ -22,7 +23,6 @@ from pool.control import ControlFile
 from pool.device import DeviceSpec
 from pool.host import ModelHost, ModelIndexEntry
 from pool.repository import ModelRepository
-from pool.trust import TrustSettings
 from pool.types import DeviceCounters
 from pool.work import PoolRefusal, PoolReply, PoolWork
 

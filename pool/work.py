@@ -3,7 +3,9 @@
 :class:`PoolWork` is built once per model call by the router, after the model was resolved and
 the inputs validated, and travels unchanged to the replica (through a Ray handle, or in-process);
 the replica answers with one :class:`PoolReply` carrying outputs, timings and where it ran. The
-pools' request router reads the model and class from the ``PoolWork`` itself (typed, no sniffing).
+pools' request router never reads the call's arguments: the caller puts the work's model, version
+and class in the call's Ray ``RequestMetadata`` (``multiplexed_model_id``, see :func:`routing_id`)
+and the router reads them back with :func:`route_target_of`.
 
 A request the pool does not run for an expected reason (its deadline cannot be met, the device is
 out of memory, the model is not loaded here, the queue is full) crosses as a :class:`PoolRefusal`
@@ -22,11 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.priority import Priority
+from common.fallback_types import RequestExpired
+from policies.priority import PRIORITIES, Priority
+from policies.replica_ranking import RouteTarget
 from pool.config import ModelConfig
-from pool.errors import DeviceOutOfMemory, ModelNotLoaded, RequestExpired
+from pool.errors import DeviceOutOfMemory, ModelNotLoaded
 
-__all__ = ["PoolRefusal", "PoolReply", "PoolWork", "unwrap"]
+__all__ = ["PoolRefusal", "PoolReply", "PoolWork", "route_target_of", "routing_id", "unwrap"]
 
 # Refusal kind <-> exception type. Anything else a pool raises is a real failure and is raised.
 _REFUSALS: dict[str, type[Exception]] = {
@@ -59,6 +63,11 @@ class PoolWork:
     request_id: str = ""
     config: ModelConfig | None = None
 
+    @property
+    def routing_id(self) -> str:
+        """Its :func:`routing_id`: what the caller sets as the call's ``multiplexed_model_id``."""
+        return routing_id(self.model, self.version, self.priority)
+
     def remaining_s(self, now: float | None = None) -> float:
         """Seconds left before ``deadline_at`` (``now``: wall-clock seconds, default now)."""
         return self.deadline_at - (time.time() if now is None else now)
@@ -72,6 +81,42 @@ class PoolWork:
         # Positional rebuild without the config: the wire form is the data the replica needs.
         return (PoolWork, (self.model, self.version, self.inputs, self.priority,
                            self.deadline_at, self.arrived_at, self.caller, self.request_id))
+
+
+def routing_id(model: str, version: str | None, priority: Priority) -> str:
+    """The id a pool call carries in Ray's ``RequestMetadata.multiplexed_model_id``:
+    ``"<class>:<model>[@<version>]"``, e.g. ``"realtime:digits-small@1"``.
+
+    Ray Serve's typed slot for "which model this call needs"; the class rides with the model
+    because the pools' request router ranks replicas by the wait of the request's class, and
+    Ray's FIFO matching (a replica picked for one request may serve an older one with the same
+    id) then hands a replica to a request of the same model and class. Model names hold no
+    ``@`` (``name@version`` is the pool's model key everywhere), so the id reads back whole.
+
+    >>> routing_id("digits-small", "1", Priority.REALTIME)
+    'realtime:digits-small@1'
+    """
+    return f"{priority.label}:{model}" if version is None else f"{priority.label}:{model}@{version}"
+
+
+_CLASS_OF_LABEL = {p.label: p for p in PRIORITIES}
+
+
+def route_target_of(rid: str) -> RouteTarget:
+    """The model, version and class of a :func:`routing_id`; ``RouteTarget(None)`` for an empty
+    id (a call that names no model: ``status``, ``index``...) or one not made by it.
+
+    >>> route_target_of("batch:iris@2")
+    RouteTarget(model='iris', version='2', priority=<Priority.BATCH: 2>)
+    """
+    label, sep, key = rid.partition(":")
+    priority = _CLASS_OF_LABEL.get(label)
+    if not sep or priority is None or not key:
+        return RouteTarget(None)
+    model, at, version = key.partition("@")
+    if not model or (at and not version):
+        return RouteTarget(None)
+    return RouteTarget(model, version or None, priority)
 
 
 @dataclass(frozen=True, slots=True)

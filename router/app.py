@@ -9,6 +9,8 @@ import ray
 from ray.serve import Application
 from ray.serve.config import BackpressureConfig, RequestRouterConfig
 
+from alerting.config import load_config
+from alerting.deployment import AlerterDeployment
 from pool.deployments import PoolDeployment
 from router.ingress import Ingress
 from router.scaling import replica_options
@@ -59,9 +61,6 @@ def build_from_settings(settings: AppSettings) -> Application:
         ).bind(pool="cpu", device=device_spec("cpu", cpu), replicas=cpu.replicas, **common)
     alerter = None
     if settings.alerting is not None:
-        from alerting.config import load_config
-        from alerting.deployment import AlerterDeployment
-
         load_config(settings.alerting)  # fail at build time, naming the bad key
         alerter = AlerterDeployment.bind(settings.alerting)  # type: ignore[attr-defined]
     log.info("timeshare: pools %s, repository %s", sorted(pools), settings.repository)

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+import redis.asyncio as aioredis
 
-from fallbacks.tasks import cancel_and_wait
+from common.tasks import cancel_and_wait
 
 __all__ = [
     "CallLog",
@@ -180,7 +181,6 @@ class RedisStreamSink:
                  client: Any = None) -> None:
         if maxlen < 1:
             raise ValueError(f"maxlen must be >= 1, got {maxlen}")
-        import redis.asyncio as aioredis  # only needed when this sink is configured
 
         self.stream = stream
         self.maxlen = maxlen

@@ -13,11 +13,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from common.trust import ModuleAllowlist
 from fallbacks import CompiledStep, compile_chain
 from pool.config import ModelConfig
 from pool.host import ModelIndexEntry, VersionState
 from pool.repository import version_order
-from pool.trust import ModuleAllowlist
 from router.errors import ModelNotFound
 
 log = logging.getLogger(__name__)

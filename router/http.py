@@ -14,8 +14,7 @@ import hmac
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +30,7 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
+from router.frontend import Frontend
 from router.http_infer import (
     MAX_NAME_CHARS,
     check_name,
@@ -39,7 +39,8 @@ from router.http_infer import (
     presented_key,
     request_from_v2,
 )
-from router.schemas import InferenceRequest, InferenceResponse
+from router.publish import publish_routes
+from router.schemas import InferenceRequest
 from router.ui import ui_routes
 from router.v2 import DecodedRequest, encode_infer_response, parse_decimal
 from router.v2_schema import (
@@ -60,28 +61,11 @@ from router.v2_schema import (
     responses,
 )
 
-__all__ = ["Frontend", "build_http_app", "request_from_v2", "MAX_NAME_CHARS"]
+__all__ = ["build_http_app", "request_from_v2", "MAX_NAME_CHARS"]
 
 log = logging.getLogger(__name__)
 
 _STATUS_TYPES = {404: ModelNotFound, 405: InvalidRequest, 413: PayloadTooLarge}
-
-
-class Frontend(Protocol):
-    """What the HTTP layer needs from the ingress."""
-
-    api_key: str | None
-    max_body_bytes: int
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
-    def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
-    def live_models(self) -> dict[str, Any]: ...
-    async def model_metadata(self, name: str, version: str | None) -> dict[str, Any]: ...
-    async def model_ready(self, name: str, version: str | None) -> None: ...
-    async def repository_index(self) -> list[dict[str, Any]]: ...
-    async def load_model(self, name: str) -> dict[str, Any]: ...
-    async def unload_model(self, name: str) -> dict[str, Any]: ...
-    async def status(self) -> dict[str, Any]: ...
 
 
 def _error(e: TimeshareError) -> JSONResponse:
@@ -124,8 +108,6 @@ def build_http_app(front: Frontend) -> FastAPI:
                _admin_routes(front)]
     publisher = getattr(front, "publisher", None)  # router.publish: model upload (#21)
     if publisher is not None:
-        from router.publish import publish_routes
-
         routers.append(publish_routes(publisher, check_key=lambda r: _check_key(front, r),
                                       read_body=_read_body))
     routers.append(ui_routes())  # the read-only status page (router/ui)

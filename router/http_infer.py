@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse
 from router.decode_memo import DecodeMemo
 from router.edge import arrival_s, shed_reason
 from router.errors import InvalidRequest, ModelNotFound, TimeshareError
+from router.frontend import Frontend
 from router.schemas import CacheControl, InferenceRequest
 from router.v2 import (
     HEADER_LENGTH,
@@ -31,9 +32,6 @@ from router.v2 import (
     encode_infer_response,
     parse_decimal,
 )
-
-if TYPE_CHECKING:
-    from router.http import Frontend
 
 __all__ = ["InferEndpoint", "MAX_NAME_CHARS", "check_json_only", "check_name", "decode_infer",
            "header_length", "infer_headers", "match_infer", "model_error_first", "presented_key",

@@ -17,14 +17,18 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from alerting.config import load_config
 from alerting.otlp import otlp_span_processor
+from alerting.rules import MetricsSnapshot, RuleEvaluator
+from alerting.telemetry import Telemetry
+from common.tasks import cancel_and_wait
 from fallbacks import BreakerRegistry, BreakerState, StateTransition
 from fallbacks.cluster_quotas import ClusterQuotas
-from fallbacks.tasks import cancel_and_wait
 from pool.control import ControlFile
 from pool.host import PROBLEM_STATES
 from pool.publish import Publisher
 from pool.repository import ModelRepository, version_order
+from pool.request_router import published_stats
 from router._private.callers import digest, identify
 from router._private.cluster import build_quotas, build_views, own_view, quota_stores_down
 from router._private.model_stats import ModelStatsRecorder
@@ -64,8 +68,6 @@ log = logging.getLogger("ray.serve")
 class Ingress:
     async def __init__(self, settings: AppSettings, pools: dict[str, DeploymentHandle],  # type: ignore[misc]
                        alerter: DeploymentHandle | None = None) -> None:
-        from alerting.telemetry import Telemetry
-
         self.settings = s = settings
         self.api_key = s.resolved_api_key()
         # Keys are looked up by digest: a dict probe on the secret itself would leak timing.
@@ -74,7 +76,8 @@ class Ingress:
             digest(k): who for k, who in caller_keys.items()}
         self.max_body_bytes = s.max_body_bytes
         self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
-        self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h) for n, h in pools.items()}
+        self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h, published_stats)
+                                               for n, h in pools.items()}
         self._local = await start_local_pool(s)
         if self._local is not None:
             self._pools["cpu"] = LocalPoolClient(self._local)
@@ -152,9 +155,6 @@ class Ingress:
         )
 
     def _start_alerting(self, s: AppSettings) -> None:
-        from alerting.config import load_config
-        from alerting.rules import RuleEvaluator
-
         cfg = load_config(s.alerting or {})
         self._evaluator = RuleEvaluator(cfg.rules, cfg.environment)
         self._tasks.append(asyncio.get_running_loop().create_task(self._alert_loop()))
@@ -206,8 +206,6 @@ class Ingress:
             await asyncio.sleep(min(self.settings.poll_interval_s, 1.0))
 
     async def _alert_loop(self) -> None:
-        from alerting.rules import MetricsSnapshot
-
         while True:
             await asyncio.sleep(self.settings.alert_eval_interval_s)
             try:

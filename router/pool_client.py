@@ -14,20 +14,18 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from fallbacks import FallbackRequest, ModelReply, RetryBudget
 from fallbacks.deadline import Deadline
 from fallbacks.retry import retry_failed
+from pool.host import ModelHost, ModelIndexEntry
+from pool.service import PoolService
+from pool.types import DeviceCounters, RoutingStats
 from pool.work import PoolReply, PoolWork, unwrap
 from router.catalog import ModelCatalog, config_of
 from router.errors import TimeshareError
 from router.validation import validate_inputs
-
-if TYPE_CHECKING:
-    from pool.host import ModelHost, ModelIndexEntry
-    from pool.service import PoolService
-    from pool.types import DeviceCounters, RoutingStats
 
 __all__ = ["LocalPoolClient", "PoolClient", "PoolExecutor", "RemotePoolClient", "RoutedRequest"]
 
@@ -58,14 +56,36 @@ class PoolClient(Protocol):
 
 
 class RemotePoolClient:
-    """A pool deployment behind its handle (the pools' request router picks the replica)."""
+    """A pool deployment behind its handle (the pools' request router picks the replica).
 
-    def __init__(self, handle: Any) -> None:
+    Each call carries its work's ``pool.work.routing_id`` as Ray's ``multiplexed_model_id``,
+    the typed metadata the request router reads (``pool.request_router``). ``published_stats``
+    is ``pool.request_router.published_stats``, passed in by the ingress so that this module
+    does not load Ray Serve (the pipeline and in-process pools run without it).
+    """
+
+    # One handle per routing id (model, version, class): ``options()`` builds a new handle, so
+    # it is not called per request. Bounded: rebuilt from empty past this many ids (versions
+    # come and go with hot reloads).
+    MAX_ROUTES = 4096
+
+    def __init__(self, handle: Any,
+                 published_stats: Callable[[str, str], list[RoutingStats]]) -> None:
         self._h = handle
         self._infer = handle.infer  # bound once: attribute lookup on a handle builds a new one
+        self._routes: dict[str, Any] = {}
+        self._published = published_stats
+
+    def _call(self, routing_id: str) -> Any:
+        call = self._routes.get(routing_id)
+        if call is None:
+            if len(self._routes) >= self.MAX_ROUTES:
+                self._routes = {}
+            call = self._routes[routing_id] = self._infer.options(multiplexed_model_id=routing_id)
+        return call
 
     async def run(self, work: PoolWork) -> PoolReply:
-        response = self._infer.remote(work)
+        response = self._call(work.routing_id).remote(work)
         try:
             return unwrap(await response)
         except asyncio.CancelledError:
@@ -86,11 +106,9 @@ class RemotePoolClient:
     def replica_stats(self) -> list[RoutingStats]:
         # The pools' request router in this process holds every replica's stats (Ray's
         # controller broadcasts them); a handle routed by Ray's default router has none.
-        from pool.request_router import published_stats
-
         app = getattr(self._h, "app_name", None)
         name = getattr(self._h, "deployment_name", None)
-        return published_stats(app, name) if app is not None and name is not None else []
+        return self._published(app, name) if app is not None and name is not None else []
 
     async def counters(self) -> DeviceCounters:
         return await self._h.counters.remote()
@@ -104,8 +122,6 @@ class LocalPoolClient:
     ``ModelHost`` (tests and benchmarks) whose owner keeps it in step with the repository."""
 
     def __init__(self, target: PoolService | ModelHost, name: str = "cpu") -> None:
-        from pool.service import PoolService
-
         self.service = target if isinstance(target, PoolService) else None
         self.host = target.host if isinstance(target, PoolService) else target
         self.name = name

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from common.tasks import cancel_and_wait
 from fallbacks import Deadline, PoolName
-from fallbacks.tasks import cancel_and_wait
 from policies.estimates import ewma
 from policies.priority import Priority
 from policies.routing import TEXT_FEATURE, PlanKind, RouteRequest, RouteStrategy, merge_rows
@@ -25,8 +25,10 @@ from policies.spill import SpillState, decide_spill
 from router.cache.embedder import Embedder
 from router.catalog import ModelCatalog, config_of
 from router.errors import InvalidRequest
+from router.route_training import outcome_line
 from router.routes import RouteConfig
 from router.schemas import InferenceRequest, InferenceResponse, RouteInfo
+from router.text_routing import text_outcome_line
 from router.validation import validate_inputs
 
 __all__ = ["AnswerFn", "RouteRunner"]
@@ -183,9 +185,6 @@ class RouteRunner:
             return
 
         async def go() -> None:
-            from router.route_training import outcome_line
-            from router.text_routing import text_outcome_line
-
             try:
                 nonlocal cheap
                 if expensive_answer is None:

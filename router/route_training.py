@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from policies.calibration import (
     Calibration,
@@ -188,8 +190,6 @@ def train_scorer(outcomes: Outcomes, *, input_names: Sequence[str] | None = None
 
 def save_scorer(scorer: LinearScorer, path: Path | str) -> None:
     """Write the scorer as safetensors (tensors) + metadata (bias, features, format)."""
-    from safetensors.numpy import save_file
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format": SCORER_FORMAT, "bias": repr(scorer.bias),
@@ -201,8 +201,6 @@ def save_scorer(scorer: LinearScorer, path: Path | str) -> None:
 
 def load_scorer(path: Path | str) -> LinearScorer:
     """Read a scorer written by ``save_scorer``; ``ValueError`` naming the file otherwise."""
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from policies.routing import CONFIDENCE_MEASURES, RouteStrategy, make_strategy, strategy_names
 from policies.spill import SpillConfig
+from router.route_training import load_scorer
 
 __all__ = ["RouteConfig", "RoutesFileError", "build_strategy", "load_routes", "write_threshold"]
 
@@ -126,8 +127,6 @@ def build_strategy(config: RouteConfig, *, base_dir: Path | str | None = None) -
     elif config.strategy == "cascade":
         kw["confidence"] = config.confidence
     elif config.strategy == "predictive":
-        from router.route_training import load_scorer
-
         path = Path(config.predictive_model or "")
         if base_dir is not None and not path.is_absolute():
             path = Path(base_dir) / path

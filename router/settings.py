@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from common.trust import TrustSettings
 from fallbacks import BreakerConfig, QuotaConfig
 from policies.admission import AdmissionConfig
 from pool.publish import PublishSettings
-from pool.trust import TrustSettings
 from router.cache import CacheSettings
 from router.edge import EdgeSettings
 from router.grpc_v2.listener import GrpcSettings
@@ -152,7 +152,7 @@ class AppSettings(BaseModel):
     trust: TrustSettings = Field(
         default_factory=TrustSettings,
         description="What model configs may execute: the module allowlist for architecture "
-        "factories and rule callables, and whether TorchScript loads (see pool.trust).")
+        "factories and rule callables, and whether TorchScript loads (see common.trust).")
     poll_interval_s: float = Field(1.0, gt=0, le=3600, description="Repository poll period.")
     default_deadline_ms: float = Field(1000.0, gt=0, description="Deadline when none is given.")
     fallback_margin_ms: float = Field(10.0, ge=0, description="Budget kept for the fallback.")

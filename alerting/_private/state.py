@@ -13,6 +13,8 @@ import json
 import logging
 from collections.abc import Mapping
 
+import redis.asyncio as aioredis
+
 from alerting._private.nflog import NflogEntry
 
 log = logging.getLogger("alerting")
@@ -42,8 +44,6 @@ class RedisStore:
     kind = "redis"
 
     def __init__(self, url: str, *, prefix: str, retention: float, timeout_s: float = 1.0) -> None:
-        import redis.asyncio as aioredis
-
         self._r = aioredis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
         self._prefix, self._ttl = prefix, max(1, int(retention))
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from benchmarks.gpu_suite._env import pct
-from pool.errors import RequestExpired
+from common.fallback_types import RequestExpired
 
 __all__ = ["CountLru", "Loader", "PinnedLru", "drive", "from_disk", "from_host", "make_trace",
            "pinned_states", "summarize"]

@@ -16,11 +16,11 @@ from deploy.loadtest._private.runner import Sample, run_closed_loop, run_open_lo
 from deploy.loadtest.cli import main
 from deploy.loadtest.config import LoadTestConfig, load_config
 from deploy.loadtest.histogram import LatencyHistogram
+from deploy.loadtest.http_target import HttpTarget
 from deploy.loadtest.report import ReportPaths, write_report
 from deploy.loadtest.run import LoadTestResult, run_loadtest
 from deploy.loadtest.target import (
     CallableTarget,
-    HttpTarget,
     LoadRequest,
     Outcome,
     Target,

@@ -23,7 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
+
+from pool._private.bounded_onnx import onnx_reason
+from pool._private.export_format import _ExportedModule
+from pool._private.onnx_format import OnnxModule
 
 __all__ = ["why_unbounded"]
 
@@ -45,11 +50,7 @@ _FX_UNBOUNDED = {"_local_scalar_dense": "a tensor's value read as a number",
 
 def why_unbounded(module: nn.Module) -> str | None:
     """None when ``module``'s forward pass is bounded by its input shapes, else why not."""
-    import torch
 
-    from pool._private.bounded_onnx import onnx_reason
-    from pool._private.export_format import _ExportedModule
-    from pool._private.onnx_format import OnnxModule
 
     if isinstance(module, torch.jit.ScriptModule):
         return _script_reason(module)
@@ -91,8 +92,6 @@ def _reads_tensor(node: Any) -> bool:
 
 
 def _fx_reason(graph: Any) -> str | None:
-    import torch
-
     for node in graph.graph.nodes:
         if node.op == "call_module" and node.target != "_guards_fn":  # export's shape guards
             return f"a call to submodule {node.target}"

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def _check_versions(model: Any, shown: str) -> None:
+    # lazy: only ONNX models need it, and the GPU machine has no onnx (docs/GPU.md)
     import onnx
 
     if model.ir_version > onnx.IR_VERSION:
@@ -68,6 +69,7 @@ def _check_io(model: Any, config: ModelConfig, shown: str) -> None:
 
 def load_onnx(path: Path, shown: str, config: ModelConfig) -> nn.Module:
     """Read ``path``, check its versions and I/O against ``config``, return an OnnxModule."""
+    # lazy: only ONNX models need it, and the GPU machine has no onnx (docs/GPU.md)
     import onnx
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -97,6 +99,7 @@ def _lift_weights(model: Any) -> dict[str, torch.Tensor]:
     Shape inference needs small integer constants (a Reshape's target shape), so those stay;
     every floating-point initializer moves.
     """
+    # lazy: only ONNX models need it, and the GPU machine has no onnx (docs/GPU.md)
     from onnx import helper, numpy_helper
 
     weights: dict[str, torch.Tensor] = {}
@@ -137,6 +140,7 @@ class OnnxModule(nn.Module):
 
     def model_proto(self) -> Any:
         """The graph as ORT runs it (an ``onnx.ModelProto``, weights lifted to inputs)."""
+        # lazy: only ONNX models need it, and the GPU machine has no onnx (docs/GPU.md)
         import onnx
 
         return onnx.load_from_string(self._graph)
@@ -150,6 +154,7 @@ class OnnxModule(nn.Module):
             return self._sessions[key]
 
     def _build(self, device: torch.device) -> Any:
+        # lazy: only ONNX models need it; the GPU machine has no onnxruntime (docs/GPU.md)
         import onnxruntime as ort
 
         opts = ort.SessionOptions()

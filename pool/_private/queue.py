@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.fallback_types import RequestExpired
+from policies.device_queue import ModelView, RequestView
 from policies.estimates import ewma
 from policies.priority import Priority
-from policies.scheduling import ModelView, RequestView, ScheduleDecision
+from policies.scheduling import ScheduleDecision
 from pool.class_window import ClassWindow
 from pool.config import ModelConfig
-from pool.errors import RequestExpired
 from pool.types import ModelKey, Rows
 
 __all__ = ["INITIAL_ROW_S", "ModelQueue", "Pending", "QueueState"]

@@ -31,12 +31,12 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
+from policies.device_queue import SchedulerSnapshot
 from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
 from policies.priority import Priority
 from policies.scheduling import (
     ScheduleDecision,
-    SchedulerSnapshot,
     SchedulingPolicy,
     device_scheduling_policy,
 )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
+from ray import serve
+
 from fallbacks import BreakerRegistry, CallerQuotas
 from fallbacks.cluster_quotas import ClusterQuotas
 from router._private.replica_views import ReplicaViews
@@ -35,8 +38,6 @@ def quota_stores_down(quotas: CallerQuotas | None) -> frozenset[str]:
 def build_views(s: AppSettings) -> ReplicaViews:
     """This replica's publisher of its status view, through the quota or cache Redis."""
     try:
-        from ray import serve
-
         rid = serve.get_replica_context().replica_id
         name, app = rid.unique_id, rid.deployment_id.app_name
     except Exception:  # noqa: BLE001 - outside a Serve replica (tests building the ingress)
@@ -50,8 +51,6 @@ def own_view(breakers: BreakerRegistry, quotas: CallerQuotas | None,
              cache_redis: bool | None) -> dict[str, Any]:
     """What this replica alone knows: its breakers and its view of the shared stores."""
     try:
-        import ray
-
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001
         node = None

@@ -6,8 +6,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
+
 from pool.deployments import log_pool_to_serve
 from pool.service import PoolService
+from router.cache import MiniLMEmbedder, SharedEmbedder
 from router.routes import build_strategy, load_routes
 from router.settings import AppSettings, cpu_device
 
@@ -49,7 +52,6 @@ def embedder(s: AppSettings, *, routes_read_text: bool = False) -> Any:
     """The shared text embedder when the semantic cache or a text route needs one."""
     if not s.cache.semantic_dir and not routes_read_text:
         return None
-    from router.cache import MiniLMEmbedder, SharedEmbedder
 
     return SharedEmbedder(MiniLMEmbedder.load())
 
@@ -60,8 +62,6 @@ def serve_metrics(port: int) -> None:
     One port serves one process: with several ingress replicas on a node only the first binds it
     (docs/SCALING.md). Failing the replica for it would take serving down for a metrics endpoint.
     """
-    import prometheus_client
-
     try:
         prometheus_client.start_http_server(port, addr="127.0.0.1")
     except OSError as e:

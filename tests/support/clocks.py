@@ -1,10 +1,10 @@
-"""Clocks for tests: the one settable clock is ``fallbacks.clock.FakeClock``; ``TickingClock``
+"""Clocks for tests: the one settable clock is ``common.clock.FakeClock``; ``TickingClock``
 is one that also moves by a fixed tick at each read, for code that polls a clock until a time
 comes (a busy wait on a clock that never moves would never end)."""
 
 from __future__ import annotations
 
-from fallbacks.clock import FakeClock
+from common.clock import FakeClock
 
 __all__ = ["FakeClock", "TickingClock"]
 

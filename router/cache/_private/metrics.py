@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.metrics import CallbackOptions, Observation
+
 
 class CacheCounters:
     """Monotonic counters keyed ``"<tier>.<event>"``, e.g. ``redis.bypass``."""
@@ -29,8 +31,6 @@ def register_error_rate_metric(meter_provider: Any, read: Callable[[], Any]) -> 
 
     ``read()`` returns a ``VerifierStatus`` or None (mode off: nothing is observed).
     """
-    from opentelemetry.metrics import CallbackOptions, Observation
-
     def rate(_: CallbackOptions) -> list[Observation]:
         st = read()
         if st is None or st.observed_error_rate is None:

@@ -91,6 +91,7 @@ class SemanticTier:
     # -- worker thread -------------------------------------------------------------------------
 
     def _open(self, model: str, version: str) -> Any:
+        # lazy: gptcache is heavy (faiss, sqlalchemy) and only a semantic tier uses it
         from gptcache.manager import CacheBase, VectorBase, get_data_manager
 
         name = _store_dirname(model, version, self._embedder)
@@ -154,6 +155,7 @@ class SemanticTier:
     def _store_sync(
         self, model: str, version: str, text: str, embedding: np.ndarray | None, payload: bytes
     ) -> None:
+        # lazy: gptcache is heavy (faiss, sqlalchemy) and only a semantic tier uses it
         from gptcache.manager.scalar_data.base import Answer, DataType
 
         vec = embedding if embedding is not None else self._embedder.embed([text])[0]

@@ -91,7 +91,7 @@ def app(demo_repo_master, tmp_path_factory):
         "cache": {"redis_url": redis.url if redis else None, "redis_timeout_s": 0.5},
         "alerting": _alerting(receiver.url("/alerts")), "alert_eval_interval_s": 0.5,
         "call_log": {"path": str(call_log)},
-        # The operator allows the chaos factory the fault tests' models name (pool.trust).
+        # The operator allows the chaos factory the fault tests' models name (common.trust).
         "trust": {"allowed_modules": ["deploy.demo_models", "deploy.chaos"]},
         # The CPU pool as its own deployment (as with GPUs), so tests see the two-hop path, the
         # request router and a pool replica that can be killed; e2e covers the default placement.

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from common.fallback_types import FallbackStep, RequestExpired
 from fallbacks.breaker import BreakerConfig, BreakerRegistry, BreakerState
 from fallbacks.chain import (
     ChainConfig,
@@ -23,8 +24,6 @@ from fallbacks.deadline import Deadline
 from fallbacks.pool_throttle import PoolThrottles
 from fallbacks.request import FallbackRequest
 from fallbacks.rules import RuleConfigError
-from pool.config import FallbackStep
-from pool.errors import RequestExpired
 from router.errors import DeadlineExceeded, InvalidRequest, ServiceUnavailable
 from tests.support.clocks import FakeClock
 

@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import yaml
 
+from common.trust import ModuleAllowlist
 from fallbacks.request import FallbackRequest
 from fallbacks.rule_engine import RuleEngine
 from fallbacks.rules import RuleConfigError, load_rules
-from pool.trust import ModuleAllowlist
 from tests.unit.fallbacks import rule_callables
 
 CB = "tests.unit.fallbacks.rule_callables"

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from fallbacks.tasks import cancel_and_wait
+from common.tasks import cancel_and_wait
 
 
 class _SwallowingStore:
@@ -57,7 +57,7 @@ async def test_a_task_that_never_ends_is_left_with_a_warning(
     task = asyncio.get_running_loop().create_task(_loop(_SwallowingStore(), swallow, steps),
                                                   name="stubborn")
     await asyncio.sleep(0)
-    with caplog.at_level(logging.WARNING, logger="fallbacks.tasks"):
+    with caplog.at_level(logging.WARNING, logger="common.tasks"):
         await asyncio.wait_for(cancel_and_wait([task], recancel_s=0.01, give_up_s=0.1), 2.0)
     assert not task.done() and len(steps) >= 5
     assert "stubborn" in caplog.text

@@ -11,12 +11,12 @@ import onnx
 import pytest
 import torch
 
+from common.trust import TrustSettings
 from deploy.demo_data import load_splits
 from pool._private.weights import bind, pack
 from pool.errors import ModelLoadError
 from pool.loader import load_module
 from pool.repository import read_config
-from pool.trust import TrustSettings
 from tests.support.formats import ALL_FORMATS, first_output, small_cnn, write_config
 
 

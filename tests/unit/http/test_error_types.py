@@ -26,7 +26,8 @@ from fallbacks.errors import (
     TimeshareError,
     Unauthorized,
 )
-from router.http import Frontend, build_http_app
+from router.frontend import Frontend
+from router.http import build_http_app
 from tests.support.errors import ERROR_TYPES, assert_error, assert_error_body
 
 # (class, its status): the type each carries is its own name, ERROR_TYPES[status] for all but

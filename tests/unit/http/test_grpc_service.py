@@ -23,10 +23,10 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
+from router.frontend import Frontend
 from router.grpc_v2 import GrpcSettings, InferenceService, start_grpc
 from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
 from router.grpc_v2.codec import decode_model_infer, encode_model_infer
-from router.http import Frontend
 from router.schemas import InferenceRequest, InferenceResponse
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)

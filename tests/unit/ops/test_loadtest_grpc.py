@@ -15,8 +15,8 @@ from deploy.loadtest import LoadRequest, run_loadtest
 from deploy.loadtest.config import LoadTestConfig
 from deploy.loadtest.grpc_target import GrpcTarget
 from router.errors import ModelNotFound
+from router.frontend import Frontend
 from router.grpc_v2 import GrpcSettings, InferenceService, start_grpc
-from router.http import Frontend
 from router.schemas import InferenceRequest, InferenceResponse
 
 

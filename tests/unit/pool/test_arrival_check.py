@@ -14,15 +14,10 @@ import random
 import pytest
 import torch
 
+from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.estimates import request_work_s
 from policies.priority import Priority
-from policies.scheduling import (
-    FifoSchedulingPolicy,
-    ModelView,
-    PrioritySchedulingPolicy,
-    RequestView,
-    SchedulerSnapshot,
-)
+from policies.scheduling import FifoSchedulingPolicy, PrioritySchedulingPolicy
 from pool import ModelKey
 from pool._private.queue import INITIAL_ROW_S, QueueState
 from pool._private.worker import DeviceWorker

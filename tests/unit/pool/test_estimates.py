@@ -4,9 +4,10 @@ import math
 
 import pytest
 
+from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.estimates import MAX_PACE, PACE_HORIZON_S, Pace, ewma, queue_delay_by_class
 from policies.priority import Priority
-from policies.scheduling import ModelView, PrioritySchedulingPolicy, RequestView, SchedulerSnapshot
+from policies.scheduling import PrioritySchedulingPolicy
 
 R, I, B = Priority.REALTIME, Priority.INTERACTIVE, Priority.BATCH
 NOW = 100.0

@@ -30,7 +30,7 @@ from pool.device import DeviceSpec
 from pool.errors import ModelLoadError, ModelRefused
 from pool.host import ModelHost
 from pool.repository import ModelRepository
-from pool.trust import TrustSettings
+from common.trust import TrustSettings
 from pool.work import PoolWork
 from router.catalog import ModelCatalog
 

@@ -5,7 +5,7 @@ import pytest
 
 from policies.priority import Priority
 from policies.replica_ranking import ReplicaView, RouteTarget, rank_replicas
-from pool.work import PoolWork
+from pool.work import PoolWork, route_target_of, routing_id
 
 R, I = Priority.REALTIME, Priority.INTERACTIVE
 
@@ -41,6 +41,23 @@ def test_version_must_match_when_given():
     assert rank_replicas(replicas, RouteTarget("a", "2"))[0] == ["v2"]
 
 
+def test_routing_id_round_trips_model_version_and_class():
+    for p in Priority:
+        assert route_target_of(routing_id("a", "1", p)) == RouteTarget("a", "1", p)
+        assert route_target_of(routing_id("a", None, p)) == RouteTarget("a", None, p)
+    assert routing_id("digits-small", "1", R) == "realtime:digits-small@1"
+    # the model's own name may hold a colon: only the first one ends the class
+    assert route_target_of(routing_id("ns:m", "2", I)) == RouteTarget("ns:m", "2", I)
+    work = PoolWork("a", "3", {}, R, deadline_at=1.0, arrived_at=0.0)
+    assert route_target_of(work.routing_id) == RouteTarget("a", "3", R)
+
+
+@pytest.mark.parametrize("rid", ["", "a", "a@1", "urgent:a@1", "realtime:", "realtime:@1",
+                                 "realtime:a@", ":a"])
+def test_an_id_not_made_by_routing_id_names_no_model(rid):
+    assert route_target_of(rid) == RouteTarget(None)
+
+
 def offline_replica(uid, resident, delay, dep, **stats_fields):
     """A real RunningReplica over published stats, without an actor lookup (no cluster)."""
     from ray.serve._private import common as serve_common
@@ -73,26 +90,34 @@ async def test_request_router_ranks_real_running_replicas():
     def replica(uid, resident, delay):
         return offline_replica(uid, resident, delay, dep)
 
-    def pending(args, kwargs):
-        return PendingRequest(args=args, kwargs=kwargs, metadata=None)
-
     def work(model, version, priority):
         return PoolWork(model, version, {"x": np.zeros((1, 2), np.float32)}, priority,
                         deadline_at=1.0, arrived_at=0.0)
 
-    assert route_target(pending([work("a", "1", R)], {})) == RouteTarget("a", "1", R)
-    # Only the typed work is read: an untyped dict or keyword arguments are not sniffed.
-    assert route_target(pending([{"model": "a", "priority": "realtime"}], {})) == RouteTarget(None)
-    assert route_target(pending([], {"model": "a", "version": 3})) == RouteTarget(None)
-    assert route_target(pending([b"raw"], {})) == RouteTarget(None)
+    def pending(w, *, routed=True, rid="q0", args=None):
+        # As RemotePoolClient calls: the work as the argument, its routing id in the metadata.
+        meta = serve_common.RequestMetadata(
+            request_id=rid, internal_request_id=rid,
+            multiplexed_model_id=w.routing_id if routed else "")
+        return PendingRequest(args=[w] if args is None else args, kwargs={}, metadata=meta)
 
-    async def choose():
+    assert route_target(pending(work("a", "1", R))) == RouteTarget("a", "1", R)
+    # The model comes from the metadata only: the call's arguments are never read.
+    assert route_target(pending(work("a", "1", R), routed=False)) == RouteTarget(None)
+    assert route_target(pending(work("a", "1", R), args=[work("b", "2", I)])) == RouteTarget(
+        "a", "1", R)
+    assert route_target(PendingRequest(args=[work("a", "1", R)], kwargs={}, metadata=None)
+                        ) == RouteTarget(None)
+    assert route_target(None) == RouteTarget(None)
+
+    async def choose(w, routed=True):
         router = TimeshareRequestRouter(dep, serve_common.DeploymentHandleSource.UNKNOWN)
         reps = [replica("r1", [], 0.0), replica("r2", ["a@1"], 0.3)]
-        ranks = await router.choose_replicas(reps, pending([work("a", "1", I)], {}))
+        ranks = await router.choose_replicas(reps, pending(w, routed=routed))
         return [[r.replica_id.unique_id for r in rank] for rank in ranks]
 
-    assert await choose() == [["r2"], ["r1"]]
+    assert await choose(work("a", "1", I)) == [["r2"], ["r1"]]  # resident first
+    assert await choose(work("a", "1", I), routed=False) == [["r1"], ["r2"]]  # by wait only
 
     async def burst(**kwargs):
         # A burst on a model resident nowhere: with the plan every request's first rank is the
@@ -103,8 +128,7 @@ async def test_request_router_ranks_real_running_replicas():
         reps = [replica(f"r{i}", ["a@1"], 0.0) for i in range(3)]
         firsts = set()
         for i in range(20):
-            meta = serve_common.RequestMetadata(request_id=f"q{i}", internal_request_id=f"q{i}")
-            req = PendingRequest(args=[work("cold", None, I)], kwargs={}, metadata=meta)
+            req = pending(work("cold", None, I), rid=f"q{i}")
             for _ in range(2):  # Ray asks again while the request backs off
                 ranks = await router.choose_replicas(reps, req)
                 firsts.add(tuple(r.replica_id.unique_id for r in ranks[0]))

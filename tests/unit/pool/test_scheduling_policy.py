@@ -2,13 +2,11 @@
 
 import pytest
 
+from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.priority import Priority
 from policies.scheduling import (
     FifoSchedulingPolicy,
-    ModelView,
     PrioritySchedulingPolicy,
-    RequestView,
-    SchedulerSnapshot,
     get_scheduling_policy,
 )
 

@@ -5,8 +5,9 @@ import asyncio
 import numpy as np
 import pytest
 
+from common.fallback_types import RequestExpired
 from policies.priority import Priority
-from pool.errors import DeviceOutOfMemory, ModelNotLoaded, RequestExpired
+from pool.errors import DeviceOutOfMemory, ModelNotLoaded
 from pool.host import ModelHost
 from pool.service import PoolService
 from pool.work import PoolRefusal, PoolReply, PoolWork, unwrap

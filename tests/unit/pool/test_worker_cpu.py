@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
+from common.fallback_types import RequestExpired
 from policies.priority import Priority
 from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
-from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded, RequestExpired
+from pool.errors import DeviceOutOfMemory, ModelLoadError, ModelNotLoaded
 from tests.support.pool import HIDDEN, MODEL_BYTES, Loader, config, key
 
 R, I, G = Priority.REALTIME, Priority.INTERACTIVE, Priority.BACKGROUND

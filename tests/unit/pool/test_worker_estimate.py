@@ -12,11 +12,11 @@ import asyncio
 import pytest
 import torch
 
+from common.fallback_types import RequestExpired
 from policies.estimates import Pace
 from pool._private.worker import DeviceWorker
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
-from pool.errors import RequestExpired
 from tests.support.clocks import FakeClock
 from tests.support.pool import SOMETIMES_SLOW as KEY
 from tests.support.pool import SometimesSlow

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from common.fallback_types import FallbackStep
+from common.trust import ModuleAllowlist, TrustSettings, resolve_callable
 from fallbacks import compile_chain
 from fallbacks.rules import RuleConfigError, load_rules
-from pool.config import FallbackStep
 from pool.errors import ModelLoadError
 from pool.loader import load_module
 from pool.repository import ModelRepository, read_config
-from pool.trust import ModuleAllowlist, TrustSettings, resolve_callable
 
 CANARY_MODULE = "tests.unit.security.canary_import"
 
