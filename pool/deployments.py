@@ -33,10 +33,16 @@ class _ToServeLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         serve_log = logging.getLogger(SERVE_LOGGER)
-        serve_log.handle(record)
-        if record.levelno >= logging.WARNING:
-            for handler in serve_log.handlers:
-                handler.flush()
+        if not serve_log.isEnabledFor(record.levelno):
+            return
+        # Serve's own handlers only: the record already propagates from ``pool`` to the root,
+        # and ``serve_log.handle`` would hand it to the root's handlers a second time wherever
+        # Serve has not configured its logger (outside a replica: tests, a driver).
+        for handler in serve_log.handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+                if record.levelno >= logging.WARNING:
+                    handler.flush()
 
 
 def log_pool_to_serve() -> None:

@@ -48,3 +48,19 @@ def test_a_pool_warning_is_in_serves_log_at_once_with_its_level(serve_file):
                    ("WARNING", "pool.host",
                     "model evil config refused: evil/config.yaml [architecture]: no")]
     assert logging.getLogger("pool").propagate  # the root's handlers (pytest's) still see it
+
+
+def test_outside_a_replica_a_pool_line_reaches_the_root_once(caplog):
+    # Serve's logger unconfigured (no handlers, propagating: a test or a driver): the root's
+    # handlers see the pool's line once, from the pool logger's own propagation.
+    serve_log, pool_log = logging.getLogger(SERVE_LOGGER), logging.getLogger("pool")
+    saved = (serve_log.handlers[:], serve_log.propagate, pool_log.handlers[:], pool_log.level)
+    serve_log.handlers, serve_log.propagate = [], True
+    try:
+        log_pool_to_serve()
+        caplog.set_level(logging.INFO, logger="pool.host")
+        logging.getLogger("pool.host").warning("model evil config refused: no")
+        assert [r.getMessage() for r in caplog.records] == ["model evil config refused: no"]
+    finally:
+        serve_log.handlers, serve_log.propagate, pool_log.handlers, _ = saved
+        pool_log.setLevel(saved[3])
