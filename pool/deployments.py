@@ -36,10 +36,12 @@ class _ToServeLog(logging.Handler):
         if not serve_log.isEnabledFor(record.levelno):
             return
         # Serve's own handlers only: the record already propagates from ``pool`` to the root,
-        # and ``serve_log.handle`` would hand it to the root's handlers a second time wherever
-        # Serve has not configured its logger (outside a replica: tests, a driver).
+        # so neither ``serve_log.handle`` (which would propagate it again where Serve has not
+        # configured its logger: tests, a driver) nor a handler the root also holds (Ray's
+        # driver-side setup may share them) may see it a second time.
+        shared = logging.getLogger().handlers
         for handler in serve_log.handlers:
-            if record.levelno >= handler.level:
+            if record.levelno >= handler.level and handler not in shared:
                 handler.handle(record)
                 if record.levelno >= logging.WARNING:
                     handler.flush()
