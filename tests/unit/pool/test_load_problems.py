@@ -23,6 +23,7 @@ from alerting.events import Severity
 from alerting.metrics import MetricsSnapshot
 from alerting.rules import RuleEvaluator
 from alerting.rules_config import RulesConfig
+from common.trust import TrustSettings
 from deploy.load_problems import load_problems
 from policies.priority import Priority
 from pool._private.worker import DeviceWorker
@@ -30,7 +31,6 @@ from pool.device import DeviceSpec
 from pool.errors import ModelLoadError, ModelRefused
 from pool.host import ModelHost
 from pool.repository import ModelRepository
-from common.trust import TrustSettings
 from pool.work import PoolWork
 from router.catalog import ModelCatalog
 
