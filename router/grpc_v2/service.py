@@ -310,10 +310,9 @@ class InferenceService:
                 task.add_done_callback(running.discard)
             while running:  # the client half-closed: answer what it sent, then end
                 await asyncio.wait(set(running))
-            out.put_nowait(None)
 
         reader = asyncio.get_running_loop().create_task(read())
-        reader.add_done_callback(lambda _: out.put_nowait(None))  # a failed read ends it too
+        reader.add_done_callback(lambda _: out.put_nowait(None))  # read done or failed: the end
         try:
             while (item := await out.get()) is not None:
                 yield item
