@@ -55,13 +55,17 @@ class Traffic:
 
     def __init__(self, app: OperatorApp, seconds: float) -> None:
         self.result = None
+        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(app, seconds), daemon=True)
         self._thread.start()
 
     def _run(self, app: OperatorApp, seconds: float) -> None:
-        self.result = asyncio.run(run_traffic(
-            app.url, duration_s=seconds, rate=20, batch_callers=2, batch_rows=64, zipf_s=0.8,
-            seed=1, models=SMALL_DEMO, api_key=API_KEY))
+        try:
+            self.result = asyncio.run(run_traffic(
+                app.url, duration_s=seconds, rate=20, batch_callers=2, batch_rows=64,
+                zipf_s=0.8, seed=1, models=SMALL_DEMO, api_key=API_KEY))
+        except BaseException as e:  # noqa: BLE001 - shown by the test that waits on it
+            self.error = e
 
     @property
     def running(self) -> bool:
@@ -69,6 +73,7 @@ class Traffic:
 
     def join(self) -> None:
         self._thread.join(120)
+        assert self.error is None, f"demo traffic failed: {self.error!r}"
         assert self.result is not None, "demo traffic did not finish"
 
 
@@ -143,6 +148,27 @@ def _panels_without_data(prom) -> list[str]:
     return empty
 
 
+def _app_swaps(app: OperatorApp) -> int:
+    """Swaps-in over the app's pools, as ``/v2/status`` reports them."""
+    return sum(int(((p.get("device") or {}).get("swaps") or {}).get("count", 0))
+               for p in app.status().get("pools", {}).values() if "error" not in p)
+
+
+def _wait_while_running(browser: Browser, traffic: Traffic, expression: str,
+                        timeout_s: float) -> None:
+    """``browser.wait_for``, failing at once with the traffic's own error if it died."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if traffic.error is not None:
+            raise AssertionError(f"demo traffic failed: {traffic.error!r}")
+        try:
+            browser.wait_for(expression, min(2.0, max(0.1, deadline - time.monotonic())))
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+
+
 def _text(selector: str) -> str:
     return f"[...document.querySelectorAll({selector!r})].map(e => e.textContent).join('|')"
 
@@ -165,9 +191,15 @@ def test_status_page_in_headless_chromium_shows_the_models_and_moves(operator_ap
             "[...document.querySelectorAll('#models tr[data-model]')].map(r => r.dataset.model)")
         assert set(SMALL_DEMO) <= set(shown), shown
         swaps_before = browser.evaluate(_text("[data-testid=swaps]"))
-        traffic = Traffic(operator_app, 10)
+        app_swaps = _app_swaps(operator_app)
+        traffic = Traffic(operator_app, 20)
         # While traffic runs: the swap counter moves and the models show a request rate.
-        browser.wait_for(f"{_text('[data-testid=swaps]')} !== {swaps_before!r}", 20)
+        try:
+            _wait_while_running(browser, traffic,
+                                f"{_text('[data-testid=swaps]')} !== {swaps_before!r}", 25)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the app's own swap count went from {app_swaps} to "
+                                 f"{_app_swaps(operator_app)}") from None
         browser.wait_for("[...document.querySelectorAll('#models tr[data-model] td:nth-child(2)')]"
                          ".some(td => parseFloat(td.textContent) > 0)", 20)
         # ... and the priority classes (the demo's realtime and batch callers) show their p99
