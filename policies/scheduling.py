@@ -89,11 +89,14 @@ class SchedulingPolicy(ABC):
     ) -> tuple[str, str]:
         """The model to serve (given the model of the best-ranked request) and why."""
 
+    # ``choose_model``'s reason when only one model has work (the lone-request decisions)
+    alone_reason: str = "best"
+
     @abstractmethod
-    def chunk_rows(self, snap: SchedulerSnapshot, model: ModelView, rows: int,
-                   cls: Priority) -> int:
+    def chunk_rows(self, rows: int, cls: Priority, *, row_cost_s: float, chunk_size: int) -> int:
         """How many of the batch's ``rows`` run before the next decision; ``cls`` is the own
-        (not aged) class of the request at the head of the batch."""
+        (not aged) class of the request at the head of the batch, ``row_cost_s`` the model's
+        cost per row (0: unknown) and ``chunk_size`` the device's rows per chunk."""
 
     def effective_class(self, req: RequestView, now: float) -> Priority:
         return req.priority
@@ -162,13 +165,31 @@ class SchedulingPolicy(ABC):
         if (rows < model.max_batch_size and snap.now < ready_at
                 and model.arrival_gap_s < model.batch_wait_s and not r.started):
             return ScheduleDecision(wait_until=ready_at, reason="batching")
-        key, reason = self.choose_model(snap, {model.key: [r]}, model.key)
-        chunk = self.chunk_rows(snap, model, rows, r.priority)
+        chunk = self.chunk_rows(rows, r.priority, row_cost_s=model.row_cost_s,
+                                chunk_size=snap.chunk_size)
         return ScheduleDecision(
-            model=key, request_ids=(r.id,), rows=rows, chunk_rows=chunk,
-            priority=self.effective_class(r, snap.now), reason=reason,
+            model=model.key, request_ids=(r.id,), rows=rows, chunk_rows=chunk,
+            priority=self.effective_class(r, snap.now), reason=self.alone_reason,
             work_s=chunk * model.row_cost_s if model.resident and model.measured else 0.0,
         )
+
+    def decide_arrival(self, *, now: float, model: str, request_id: int, priority: Priority,
+                       deadline: float | None, rows: int, max_batch_size: int,
+                       row_cost_s: float, measured: bool, chunk_size: int,
+                       pace: float) -> ScheduleDecision:
+        """:meth:`decide` for a request that has just arrived (not aged, nothing of it run)
+        alone on an idle device, at a resident model that is not waiting to form a batch
+        (``batch_wait_ms`` 0, or no other arrival expected within it): the same rules as
+        :meth:`_decide_lone`, on plain numbers, so the worker launches the common case at low
+        load without building a snapshot (``tests/unit/pool/test_scheduling_policy.py`` checks
+        the two agree). The worker checks those conditions before it asks."""
+        if deadline is not None and now + rows * row_cost_s * pace >= deadline:
+            return ScheduleDecision(expired=(request_id,), reason="idle")
+        n = rows if rows < max_batch_size else max_batch_size
+        chunk = self.chunk_rows(n, priority, row_cost_s=row_cost_s, chunk_size=chunk_size)
+        return ScheduleDecision(model=model, request_ids=(request_id,), rows=n, chunk_rows=chunk,
+                                priority=priority, reason=self.alone_reason,
+                                work_s=chunk * row_cost_s if measured else 0.0)
 
     def _decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
         expired, live = self.triage(snap)
@@ -201,7 +222,8 @@ class SchedulingPolicy(ABC):
             return ScheduleDecision(expired=tuple(expired), wait_until=ready_at, reason="batching")
         # Chunked by the head request's own class: aging buys an old request its turn, not
         # the right to hold the device against a fresh realtime arrival.
-        chunk = self.chunk_rows(snap, model, rows, reqs[0].priority)
+        chunk = self.chunk_rows(rows, reqs[0].priority, row_cost_s=model.row_cost_s,
+                                chunk_size=snap.chunk_size)
         return ScheduleDecision(
             model=key,
             request_ids=tuple(ids),
@@ -284,13 +306,13 @@ class PrioritySchedulingPolicy(SchedulingPolicy):
             return cur, "slice"
         return best, "best"
 
-    def chunk_rows(self, snap, model, rows, cls):
+    def chunk_rows(self, rows, cls, *, row_cost_s, chunk_size):
         budget_s = self.chunk_s[cls]
         if budget_s is None:
             return rows  # e.g. realtime: nothing outranks it, no preemption point needed
-        n = min(rows, snap.chunk_size)
-        if model.row_cost_s > 0:
-            fits = budget_s / model.row_cost_s  # inf for a vanishing cost: no int() of that
+        n = min(rows, chunk_size)
+        if row_cost_s > 0:
+            fits = budget_s / row_cost_s  # inf for a vanishing cost: no int() of that
             if fits < n:
                 n = int(fits)
         return max(1, n)
@@ -314,6 +336,7 @@ class FifoSchedulingPolicy(SchedulingPolicy):
     """First come first served over all models, whole batches, no classes: the baseline."""
 
     name = "fifo"
+    alone_reason = "oldest"
 
     def rank(self, req: RequestView, now: float) -> tuple:
         return (req.arrival, req.id)
@@ -321,7 +344,7 @@ class FifoSchedulingPolicy(SchedulingPolicy):
     def choose_model(self, snap, live, best):
         return best, "oldest"
 
-    def chunk_rows(self, snap, model, rows, cls):
+    def chunk_rows(self, rows, cls, *, row_cost_s, chunk_size):
         return rows
 
 

@@ -23,7 +23,7 @@ from pool.class_window import ClassWindow
 from pool.config import ModelConfig
 from pool.types import ModelKey, Rows
 
-__all__ = ["INITIAL_ROW_S", "ModelQueue", "Pending", "QueueState"]
+__all__ = ["INITIAL_ROW_S", "ModelQueue", "Pending", "QueueState", "shown_row_s"]
 
 INITIAL_ROW_S = 0.0005  # per-row cost assumed before a model's first run
 
@@ -171,7 +171,7 @@ class QueueState:
             models.append(ModelView(
                 name, is_resident, reqs, entry.config.max_batch_size,
                 entry.config.batch_wait_ms / 1e3,
-                _shown_row_s(entry, is_stale), 0.0 if is_resident else swap_cost_s(name),
+                shown_row_s(entry, is_stale), 0.0 if is_resident else swap_cost_s(name),
                 entry.ewma_gap_s, loading(name),
                 entry.measured_at is not None and not is_stale,
             ))
@@ -189,7 +189,7 @@ class QueueState:
         for key, entry in self._busy():
             name = str(key)
             rows = sum(p.rows - p.launched for p in entry.queue)
-            total += (rows * _shown_row_s(entry, stale(entry))
+            total += (rows * shown_row_s(entry, stale(entry))
                       + (0.0 if resident(name) else swap_cost_s(name)))
         return total
 
@@ -250,7 +250,7 @@ class QueueState:
         return parts
 
 
-def _shown_row_s(entry: ModelQueue, stale: bool) -> float:
+def shown_row_s(entry: ModelQueue, stale: bool) -> float:
     """The cost per row the scheduler sees: a stale estimate shows as the initial one, so
     expiry does not refuse on it."""
     return INITIAL_ROW_S if stale else entry.ewma_row_s

@@ -18,7 +18,10 @@ the device:
 
 The steps run from the events that change what can be decided: an arrival, a completion, a
 finished disk load, or the policy's own timer (a batch forming). There is no loop task; a
-decision costs in proportion to the models with queued work (``QueueState.active``).
+decision costs in proportion to the models with queued work (``QueueState.active``). An
+arrival alone on an idle device, at a resident model that is not forming a batch (the common
+case at low load), skips the snapshot: the policy rules on plain numbers
+(``SchedulingPolicy.decide_arrival``, checked to agree with ``decide``) and step 2 follows.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from pool._private.cuda_executor import CudaExecutor
 from pool._private.device_memory import DeviceMemory
 from pool._private.executor import DeviceExecutor, ThreadExecutor
 from pool._private.loads import BackgroundLoads
-from pool._private.queue import ModelQueue, QueueState, fail
+from pool._private.queue import ModelQueue, Pending, QueueState, fail, shown_row_s
 from pool._private.reporting import worker_counters, worker_status
 from pool._private.residency import Residency
 from pool.class_window import ClassWindow
@@ -219,8 +222,10 @@ class DeviceWorker:
             raise ValueError("inputs must name at least one tensor")
         fut = asyncio.get_running_loop().create_future()
         now = self._clock()
-        self.queues.submit(key, inputs, priority, deadline, now, fut)
-        if not self.executor.has_any_room():
+        p = self.queues.submit(key, inputs, priority, deadline, now, fut)
+        if self.executor.in_flight == 0 and self._launch_alone(p):
+            pass  # decided and launched (or refused) without a snapshot
+        elif not self.executor.has_any_room():
             if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
                                                 backlog_s=self._backlog_s(),
                                                 pace=self.pace.factor):
@@ -336,6 +341,39 @@ class DeviceWorker:
             asyncio.get_running_loop().call_soon(self._pump)  # bounded: let others in first
         finally:
             self._pumping = False
+
+    def _launch_alone(self, p: Pending) -> bool:
+        """Steps 1 and 2 for the common case at low load, without a snapshot: ``p`` alone on an
+        idle device, at a resident model that is not forming a batch. The policy's verdict on
+        plain numbers (``SchedulingPolicy.decide_arrival``, the same rules as its ``decide``),
+        then the launch. False when those conditions do not hold: the general pump decides."""
+        if self._pumping or self._blocked or self._closed or len(self.queues.active) != 1:
+            return False
+        entry = self.queues.models[p.key]
+        name, config = entry.name, entry.config
+        if (len(entry.queue) != 1 or not self.tiers.is_resident(name) or name in self._loads
+                or (config.batch_wait_ms > 0 and p.rows < config.max_batch_size
+                    and entry.ewma_gap_s < config.batch_wait_ms / 1e3)):
+            return False
+        stale = self._stale(entry)
+        d = self.policy.decide_arrival(
+            now=p.arrival, model=name, request_id=p.id, priority=p.priority,
+            deadline=p.deadline, rows=p.rows, max_batch_size=config.max_batch_size,
+            row_cost_s=shown_row_s(entry, stale), measured=entry.measured_at is not None
+            and not stale, chunk_size=self.device.chunk_size, pace=self.pace.factor)
+        if d.model is None:
+            self.expired += self.queues.expire(d.expired)
+            return True
+        if not self.executor.has_room(d.priority):
+            return False
+        try:
+            self._launch(d)
+        except Exception as e:  # noqa: BLE001 - contained, as in _pump: fail this request
+            fail(p, e)
+            return True
+        if p.launched < p.rows:
+            self._pump()  # its next chunks, while the executor has room
+        return True
 
     def _wake_at(self, when: float | None) -> None:
         if self._timer is not None:

@@ -299,3 +299,33 @@ def test_a_device_whose_streams_preempt_runs_batches_whole_and_the_cpu_stand_in_
     assert device_scheduling_policy("priority", stream_priorities=False).decide(s).chunk_rows == 2
     fifo = device_scheduling_policy("fifo", stream_priorities=True)
     assert isinstance(fifo, FifoSchedulingPolicy)
+
+
+# -- the worker's arrival shortcut (plain numbers, no snapshot) decides what decide() does -----
+_arrival = st.fixed_dictionaries({
+    "priority": st.sampled_from(list(Priority)),
+    "deadline_in": st.one_of(st.none(), st.floats(-0.01, 0.05)),
+    "rows": st.integers(1, 64), "max_batch": st.integers(1, 64),
+    "row_cost": st.floats(0.0, 0.001), "measured": st.booleans(),
+    "current": st.sampled_from([None, "m", "other"]), "pace": st.floats(0.5, 3.0),
+    "chunk": st.sampled_from([1, 16, 64]),
+})
+
+
+@settings(max_examples=400, deadline=None)
+@given(_arrival, st.sampled_from([policy, FifoSchedulingPolicy(),
+                                  PrioritySchedulingPolicy(chunk_ms=1.0)]))
+def test_the_arrival_shortcut_equals_the_general_decision(a, pol):
+    # Where the worker takes it: one fresh request (arrived now, nothing run), a resident
+    # model, no batch to form (batch_wait 0).
+    deadline = None if a["deadline_in"] is None else NOW + a["deadline_in"]
+    s = SchedulerSnapshot(
+        NOW, (ModelView("m", True, (RequestView(7, a["priority"], deadline, NOW, a["rows"]),),
+                        a["max_batch"], 0.0, a["row_cost"], 0.0, float("inf"), False,
+                        a["measured"]),),
+        a["current"], NOW - 0.01, 0.05, a["chunk"], a["pace"])
+    fast = pol.decide_arrival(now=NOW, model="m", request_id=7, priority=a["priority"],
+                              deadline=deadline, rows=a["rows"], max_batch_size=a["max_batch"],
+                              row_cost_s=a["row_cost"], measured=a["measured"],
+                              chunk_size=a["chunk"], pace=a["pace"])
+    assert fast == pol.decide(s) == pol._decide(s)
