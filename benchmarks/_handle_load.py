@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._proc_cpu import process_cpu_s
 
 __all__ = ["handle_ratios", "handle_runs", "latency_stats"]
 
@@ -24,12 +27,22 @@ def latency_stats(lat_s: list[float], duration_s: float, n_errors: int) -> dict[
             "mean_ms": round(float(ms.mean()), 3)}
 
 
-async def _closed(call, concurrency: int, duration_s: float, warmup_s: float) -> dict:
+async def _closed(call, concurrency: int, duration_s: float, warmup_s: float,
+                  replica: int | None = None) -> dict:
+    """A closed loop of ``concurrency`` callers; with ``replica`` (the answering replica's
+    pid), the CPU per answer of that replica and of this caller process over the measured
+    window (both sides of a handle call: Ray's own work is most of it)."""
     import asyncio
 
     lat: list[float] = []
     start = time.perf_counter()
     measure_from, stop = start + warmup_s, start + warmup_s + duration_s
+    cpu: dict[str, float | None] = {}
+
+    async def meter() -> None:
+        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        cpu["replica0"] = process_cpu_s(replica) if replica is not None else None
+        cpu["caller0"] = time.process_time()
 
     async def worker() -> None:
         while (t0 := time.perf_counter()) < stop:
@@ -37,8 +50,32 @@ async def _closed(call, concurrency: int, duration_s: float, warmup_s: float) ->
             if t0 >= measure_from:
                 lat.append(time.perf_counter() - t0)
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latency_stats(lat, duration_s, 0)
+    await asyncio.gather(meter(), *(worker() for _ in range(concurrency)))
+    out = latency_stats(lat, duration_s, 0)
+    n = len(lat)
+    r0, r1 = cpu.get("replica0"), process_cpu_s(replica) if replica is not None else None
+    c0 = cpu.get("caller0")
+    if n and r0 is not None and r1 is not None and c0 is not None:
+        out["replica_cpu_us_per_answer"] = round((r1 - r0) / n * 1e6, 1)
+        out["caller_cpu_us_per_answer"] = round((time.process_time() - c0) / n * 1e6, 1)
+    return out
+
+
+def _replica_pid(app: str) -> int | None:
+    """The pid of ``app``'s one ingress replica (``ray::ServeReplica:<app>:...``; None: not
+    exactly one, or no ``/proc``)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = stat.read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith(f"ray::ServeReplica:{app}:{_INGRESS[app]}"):
+            pids.append(int(stat.parent.name))
+    return pids[0] if len(pids) == 1 else None
+
+
+_INGRESS = {"timeshare": "Ingress", "stock": "Stock"}
 
 
 def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
@@ -63,7 +100,8 @@ def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
         # one event loop for every run: with Serve's router on the caller's loop
         # (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0, throughput-optimized mode) a handle is bound
         # to the loop it was first used on
-        return {a: {f"c{c}": await _closed(calls[a], c, args.handle_s, 1.0)
+        pids = {a: _replica_pid("stock" if a == "stock" else "timeshare") for a in calls}
+        return {a: {f"c{c}": await _closed(calls[a], c, args.handle_s, 1.0, pids[a])
                     for c in (1, 16)} for a in calls}
 
     return asyncio.run(all_runs())
@@ -74,6 +112,12 @@ def handle_ratios(handle: dict) -> dict[str, float]:
     if "error" in handle:
         return {}
     ts, stock = handle["timeshare"], handle["stock"]
-    return {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
-            "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
-                                             / stock["c16"]["throughput_rps"], 3)}
+    out = {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
+           "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
+                                            / stock["c16"]["throughput_rps"], 3)}
+    key = "replica_cpu_us_per_answer"
+    for arm in ("timeshare", "timeshare_hit"):
+        mine, theirs = handle.get(arm, {}).get("c16", {}).get(key), stock["c16"].get(key)
+        if mine and theirs:  # the replica's CPU per answer at c=16 over stock's replica's
+            out[f"handle_c16_{arm}_replica_cpu_vs_stock"] = round(mine / theirs, 3)
+    return out

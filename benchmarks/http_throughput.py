@@ -28,7 +28,9 @@ process listening on the arm's port over the run, per answer (``benchmarks._proc
 ``/proc``; None elsewhere, and for the Serve arms with ``--ingress proxy``, whose port is the
 proxy's). ``server_cpu_us_per_answer_c16`` compares them at c=16: on a shared
 host they move less between runs than throughput does, and they are what a request costs the
-server. Not a target.
+server. Not a target. Each handle run reports the same for the replica that answers
+(``replica_cpu_us_per_answer``) and for the calling process (``caller_cpu_us_per_answer``);
+``handle_c16_*_replica_cpu_vs_stock`` gives Timeshare's replica figures over stock's.
 
 Targets (``meets_targets`` when all hold): HTTP p50 at concurrency 1 at most stock's + 1 ms;
 throughput at concurrency 16 at least stock's; cache-hit throughput at least 2x stock's; knee at
