@@ -45,13 +45,32 @@ from fallbacks.steps import (
 from fallbacks.throttle import AdaptiveThrottle
 
 __all__ = ["POOL_REFUSALS", "Attempt", "ChainConfig", "ChainResult", "ChainRunner", "CompiledStep",
-           "ModelExecutor", "ModelReply", "PoolName", "Target", "compile_chain"]
+           "ModelAnswer", "ModelExecutor", "ModelReply", "PoolName", "Target", "compile_chain"]
 
 # A pool's refusals (asyncio.QueueFull, pool.errors.RequestExpired) as a failed step's outcome,
 # hence as a degraded answer's reason: the request was refused unrun, not failed.
 POOL_REFUSALS = frozenset({"error: QueueFull", "error: RequestExpired"})
 
 _Gates = tuple[CircuitBreaker | None, AdaptiveThrottle | None]  # a remote call's breaker, throttle
+
+
+class ModelAnswer(Protocol):
+    """What the chain reads of a model call's reply. A pool's reply (``pool.work.PoolReply``)
+    has all of it, so it comes back to the router as it is, not copied into another type per
+    request; :class:`ModelReply` is the plain one for other executors (and tests)."""
+
+    @property
+    def outputs(self) -> Mapping[str, Any]: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def queue_ms(self) -> float: ...
+    @property
+    def compute_ms(self) -> float: ...
+    @property
+    def swap_ms(self) -> float: ...
+    @property
+    def received_at(self) -> float: ...
 
 
 @dataclass(slots=True)  # not frozen: built per request, 5x cheaper (docs/PERFORMANCE.md)
@@ -79,7 +98,7 @@ class ModelExecutor(Protocol):
         version: str | None,
         pool: PoolName,
         budget_s: float,
-    ) -> ModelReply:
+    ) -> ModelAnswer:
         """Answer within ``budget_s`` seconds or raise; the runner cancels it at the budget."""
         ...
 
@@ -127,12 +146,12 @@ class ChainResult:
     version: str | None
     attempts: tuple[Attempt, ...]
     elapsed_s: float
-    reply: ModelReply | None = None
+    reply: ModelAnswer | None = None
     pool: str | None = None
 
 
 # outputs, served_by, model, version, and the model's reply (None for local steps)
-_StepAnswer = tuple[Mapping[str, Any], str, "str | None", "str | None", "ModelReply | None"]
+_StepAnswer = tuple[Mapping[str, Any], str, "str | None", "str | None", "ModelAnswer | None"]
 
 
 def _first_failure(attempts: list[Attempt]) -> str | None:
@@ -302,7 +321,7 @@ class ChainRunner:
         return None
 
     @staticmethod
-    def _answered(reply: ModelReply, elapsed: float, breaker: CircuitBreaker | None,
+    def _answered(reply: ModelAnswer, elapsed: float, breaker: CircuitBreaker | None,
                   throttle: AdaptiveThrottle | None, prefix: str, target: Target,
                   attempts: list[Attempt]) -> _StepAnswer:
         if breaker is not None:

@@ -27,7 +27,7 @@ from fallbacks import (
     ChainConfig,
     ChainRunner,
     Deadline,
-    ModelReply,
+    ModelAnswer,
     PoolName,
     PoolThrottles,
     QuotaLease,
@@ -90,7 +90,7 @@ class _Answer(CachedAnswer):
 
     degraded: bool = False
     reason: str | None = None
-    reply: ModelReply | None = None  # the model call's reply (its timings), None for rules
+    reply: ModelAnswer | None = None  # the model call's reply (its timings), None for rules
     pool: str | None = None
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fallbacks import FallbackRequest, ModelReply, RetryBudget
+from fallbacks import FallbackRequest, RetryBudget
 from fallbacks.deadline import Deadline
 from fallbacks.retry import retry_failed
 from pool.host import ModelHost, ModelIndexEntry
@@ -175,7 +175,7 @@ class PoolExecutor:
         self._wall = wall
 
     async def call_model(self, request: FallbackRequest, *, model: str, version: str | None,
-                         pool: str, budget_s: float) -> ModelReply:
+                         pool: str, budget_s: float) -> PoolReply:
         assert isinstance(request, RoutedRequest), "the pipeline sends RoutedRequest"
         work = request.work
         if model != work.model or version not in (None, work.version):
@@ -191,9 +191,7 @@ class PoolExecutor:
                 e, lambda: client.run(hop), deadline=Deadline(at=started + budget_s,
                                                               clock=self._clock),
                 budget=self._retry, retries=1)
-        return ModelReply(outputs=reply.outputs, version=reply.version, queue_ms=reply.queue_ms,
-                          compute_ms=reply.compute_ms, swap_ms=reply.swap_ms,
-                          received_at=reply.received_at)
+        return reply  # the pool's reply as it came: the chain reads it as a ModelAnswer
 
     async def _work_for(self, request: RoutedRequest, model: str,
                         version: str | None) -> PoolWork:

@@ -46,7 +46,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from fallbacks import Deadline, ModelReply, PoolName
+from fallbacks import Deadline, ModelAnswer, PoolName
 from pool.work import PoolWork
 from router.pipeline import Pipeline
 from router.schemas import InferenceRequest, InferenceResponse
@@ -71,7 +71,7 @@ class ModelStage:
     cache: str = "off"
     chain_start: float | None = None
     chain_end: float | None = None
-    reply: ModelReply | None = None
+    reply: ModelAnswer | None = None
     pool: str | None = None
     served_by: str | None = None
     degraded: bool = False
@@ -92,7 +92,7 @@ class RequestTrace:
     stages: list[ModelStage] = field(default_factory=list)
 
 
-def pool_stage_times(reply: ModelReply, chain_start: float, chain_end: float,
+def pool_stage_times(reply: ModelAnswer, chain_start: float, chain_end: float,
                      offset: float) -> tuple[tuple[float, float], ...]:
     """(start, end) of the pool's queue, swap and compute in the pipeline's clock: laid end to
     end from ``reply.received_at`` (wall clock, ``offset`` = wall - pipeline clock) and clamped
