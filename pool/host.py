@@ -131,6 +131,8 @@ class ModelHost:
         self._on_event = on_event or (lambda e: None)
         self._clock = clock
         self._states: dict[str, dict[str, VersionState]] = {}
+        # name -> version -> the worker's key for it: built once per load, not per request
+        self._keys: dict[str, dict[str, ModelKey]] = {}
         self._configs: dict[str, ModelConfig] = {}
         self._config_errors: dict[str, VersionState] = {}
         # What was logged per (model, version or None): a problem is logged once, not per poll.
@@ -176,8 +178,10 @@ class ModelHost:
                 if version not in wanted.get(name, {}):
                     await self.worker.remove_model(ModelKey(name, version))
                     del self._states[name][version]
+                    self._keys.get(name, {}).pop(version, None)
             if not self._states[name]:
                 del self._states[name]
+                self._keys.pop(name, None)
         # Load what is new or changed, oldest first so the newest ends up default.
         for name, versions in wanted.items():
             for version in sorted(versions, key=version_order):
@@ -189,7 +193,7 @@ class ModelHost:
 
     async def _load(self, name: str, version: str, path, sig) -> None:
         config = self._configs[name]
-        key = ModelKey(name, version)
+        key = self._keys.setdefault(name, {}).setdefault(version, ModelKey(name, version))
         states = self._states.setdefault(name, {})
         states[version] = VersionState("loading", None, sig)
         if self.worker.has_model(key):
@@ -260,8 +264,12 @@ class ModelHost:
         received_at = wall()
         deadline = self._clock() + work.remaining_s(received_at)
         tensors = {k: np.ascontiguousarray(v) for k, v in work.inputs.items()}
+        keys = self._keys.get(work.model)
+        key = keys.get(version) if keys is not None else None
+        if key is None:  # unloaded since the index was read: the worker says it is not loaded
+            key = ModelKey(work.model, version)
         result = await self.worker.infer(
-            ModelKey(work.model, version), tensors, priority=work.priority, deadline=deadline)
+            key, tensors, priority=work.priority, deadline=deadline)
         return PoolReply(
             model=work.model, version=version,
             outputs={k: np.asarray(v) for k, v in result.outputs.items()},  # numpy in, out
