@@ -224,8 +224,8 @@ class DeviceWorker:
         now = self._clock()
         p = self.queues.submit(key, inputs, priority, deadline, now, fut)
         if self.executor.in_flight == 0 and self._launch_alone(p):
-            pass  # decided and launched (or refused) without a snapshot
-        elif not self.executor.has_any_room():
+            return await fut  # decided and launched (or refused) without a snapshot
+        if not self.executor.has_any_room():
             if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
                                                 backlog_s=self._backlog_s(),
                                                 pace=self.pace.factor):
