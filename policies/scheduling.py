@@ -17,6 +17,7 @@ Policies (one registry, :func:`get_scheduling_policy`):
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -175,16 +176,19 @@ class SchedulingPolicy(ABC):
 
     def decide_arrival(self, *, now: float, model: str, request_id: int, priority: Priority,
                        deadline: float | None, rows: int, max_batch_size: int,
-                       row_cost_s: float, measured: bool, chunk_size: int,
-                       pace: float) -> ScheduleDecision:
-        """:meth:`decide` for a request that has just arrived (not aged, nothing of it run)
-        alone on an idle device, at a resident model that is not waiting to form a batch
-        (``batch_wait_ms`` 0, or no other arrival expected within it): the same rules as
-        :meth:`_decide_lone`, on plain numbers, so the worker launches the common case at low
+                       row_cost_s: float, measured: bool, chunk_size: int, pace: float,
+                       batch_wait_s: float = 0.0, arrival_gap_s: float = math.inf
+                       ) -> ScheduleDecision:
+        """:meth:`decide` for a request that has just arrived (``now``: not aged, nothing of it
+        run) alone on an idle device, at a resident model: the same rules as
+        :meth:`_decide_lone`, on plain numbers, so the worker decides the common case at low
         load without building a snapshot (``tests/unit/pool/test_scheduling_policy.py`` checks
-        the two agree). The worker checks those conditions before it asks."""
+        the two agree). The worker checks the structural conditions (alone, idle, resident)
+        before it asks; the rules, batching included, are here."""
         if deadline is not None and now + rows * row_cost_s * pace >= deadline:
             return ScheduleDecision(expired=(request_id,), reason="idle")
+        if rows < max_batch_size and 0 < batch_wait_s and arrival_gap_s < batch_wait_s:
+            return ScheduleDecision(wait_until=now + batch_wait_s, reason="batching")
         n = rows if rows < max_batch_size else max_batch_size
         chunk = self.chunk_rows(n, priority, row_cost_s=row_cost_s, chunk_size=chunk_size)
         return ScheduleDecision(model=model, request_ids=(request_id,), rows=n, chunk_rows=chunk,

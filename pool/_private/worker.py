@@ -344,25 +344,26 @@ class DeviceWorker:
 
     def _launch_alone(self, p: Pending) -> bool:
         """Steps 1 and 2 for the common case at low load, without a snapshot: ``p`` alone on an
-        idle device, at a resident model that is not forming a batch. The policy's verdict on
-        plain numbers (``SchedulingPolicy.decide_arrival``, the same rules as its ``decide``),
-        then the launch. False when those conditions do not hold: the general pump decides."""
+        idle device, at a resident model. The policy's verdict on plain numbers
+        (``SchedulingPolicy.decide_arrival``, the same rules as its ``decide``), then the
+        launch, or its timer while a batch forms. False when those conditions do not hold: the
+        general pump decides."""
         if self._pumping or self._blocked or self._closed or len(self.queues.active) != 1:
             return False
         entry = self.queues.models[p.key]
         name, config = entry.name, entry.config
-        if (len(entry.queue) != 1 or not self.tiers.is_resident(name) or name in self._loads
-                or (config.batch_wait_ms > 0 and p.rows < config.max_batch_size
-                    and entry.ewma_gap_s < config.batch_wait_ms / 1e3)):
+        if len(entry.queue) != 1 or not self.tiers.is_resident(name) or name in self._loads:
             return False
         stale = self._stale(entry)
         d = self.policy.decide_arrival(
             now=p.arrival, model=name, request_id=p.id, priority=p.priority,
             deadline=p.deadline, rows=p.rows, max_batch_size=config.max_batch_size,
             row_cost_s=shown_row_s(entry, stale), measured=entry.measured_at is not None
-            and not stale, chunk_size=self.device.chunk_size, pace=self.pace.factor)
+            and not stale, chunk_size=self.device.chunk_size, pace=self.pace.factor,
+            batch_wait_s=config.batch_wait_ms / 1e3, arrival_gap_s=entry.ewma_gap_s)
         if d.model is None:
             self.expired += self.queues.expire(d.expired)
+            self._wake_at(d.wait_until)  # a batch forming: decide again when it is due
             return True
         if not self.executor.has_room(d.priority):
             return False

@@ -309,6 +309,8 @@ _arrival = st.fixed_dictionaries({
     "row_cost": st.floats(0.0, 0.001), "measured": st.booleans(),
     "current": st.sampled_from([None, "m", "other"]), "pace": st.floats(0.5, 3.0),
     "chunk": st.sampled_from([1, 16, 64]),
+    "wait": st.sampled_from([0.0, 0.002, 0.01]),
+    "gap": st.sampled_from([0.0, 0.001, float("inf")]),
 })
 
 
@@ -317,15 +319,16 @@ _arrival = st.fixed_dictionaries({
                                   PrioritySchedulingPolicy(chunk_ms=1.0)]))
 def test_the_arrival_shortcut_equals_the_general_decision(a, pol):
     # Where the worker takes it: one fresh request (arrived now, nothing run), a resident
-    # model, no batch to form (batch_wait 0).
+    # model; forming a batch or not is the policy's call on both paths.
     deadline = None if a["deadline_in"] is None else NOW + a["deadline_in"]
     s = SchedulerSnapshot(
         NOW, (ModelView("m", True, (RequestView(7, a["priority"], deadline, NOW, a["rows"]),),
-                        a["max_batch"], 0.0, a["row_cost"], 0.0, float("inf"), False,
+                        a["max_batch"], a["wait"], a["row_cost"], 0.0, a["gap"], False,
                         a["measured"]),),
         a["current"], NOW - 0.01, 0.05, a["chunk"], a["pace"])
     fast = pol.decide_arrival(now=NOW, model="m", request_id=7, priority=a["priority"],
                               deadline=deadline, rows=a["rows"], max_batch_size=a["max_batch"],
                               row_cost_s=a["row_cost"], measured=a["measured"],
-                              chunk_size=a["chunk"], pace=a["pace"])
+                              chunk_size=a["chunk"], pace=a["pace"],
+                              batch_wait_s=a["wait"], arrival_gap_s=a["gap"])
     assert fast == pol.decide(s) == pol._decide(s)
