@@ -12,10 +12,17 @@ those alone it decides, in microseconds, whether to let a request through:
   backend the more urgent classes leave free (``1 - sigma``, sigma = their admitted rate times the
   service time: the M/G/1 priority-queue waiting-time factor), so when realtime alone fills the
   backend, interactive is shed rather than realtime. A class is shed once its predicted delay
-  passes its ceiling (``max_queue_delay_s``), or
-  once the total in flight passes its share of ``max_in_flight``. Less urgent classes count more
-  work ahead of them and have lower ceilings, so batch is shed before interactive, and
-  interactive before realtime.
+  passes its latency objective (``max_queue_delay_s``, where it has one), or once the total in
+  flight passes its share of ``max_in_flight``. Less urgent classes count more work ahead of
+  them and have smaller shares, so batch is shed before interactive, and interactive before
+  realtime.
+* **No fixed ceiling but the caller's deadline, by default.** Only realtime has a latency
+  objective (80 ms of queue); every other class is let through whenever its predicted delay
+  leaves it time to finish within its deadline (below). With fixed ceilings (80/80/60/40 ms in
+  ``benchmarks.overload_http``) the edge shed a quarter of the goodput at 1x capacity: work
+  that the 500 ms deadline still allowed (``docs/OVERLOAD.md``).
+* **The service time is the backend's** (``router.edge_state``): gaps between answers the
+  backend computed, not between cache hits or fallback answers to requests the pool refused.
 * **Bursts are not overload.** The in-flight share binds at once only on a standing backlog (as
   CoDel tells a standing queue from a burst): one whose fewest in flight over the last
   ``standing_window_s`` reached half the share. A burst on a queue that was short (a pause of the
@@ -23,8 +30,9 @@ those alone it decides, in microseconds, whether to let a request through:
   it drains, not 503s. Under the bare share a fast model at about 40 % of its capacity answered
   179 requests with 503 during a stall of the host, at predicted delays of 11-31 ms
   (docs/PERFORMANCE.md, twelfth session of 2026-11-24).
-* **Deadline.** A request whose elapsed time (since arrival) plus predicted delay plus one
-  service time is past its deadline is answered at once instead of queueing.
+* **Deadline.** A request whose elapsed time (since arrival) plus the queue it cannot avoid
+  (the work in flight ahead of it, :func:`queued_s`) plus one service time is past its deadline
+  is answered at once instead of queueing.
 * **Slow bodies.** A body must arrive within a total timeout and at a minimum rate after a grace
   period; :func:`body_wait_s` says how long the edge may wait for the next bytes.
 
@@ -51,6 +59,7 @@ __all__ = [
     "fallback_affordable",
     "in_flight_cap",
     "predicted_delay_s",
+    "queued_s",
     "retry_after_s",
 ]
 
@@ -69,13 +78,15 @@ class EdgeConfig(BaseModel):
         default_factory=lambda: {"realtime": 1.0, "interactive": 0.75, "batch": 0.5,
                                  "background": 0.25},
         description="A class is shed once the total in flight reaches share x max_in_flight.")
-    max_queue_delay_s: dict[str, float] = Field(
-        default_factory=lambda: {"realtime": 0.5, "interactive": 0.5, "batch": 0.3,
-                                 "background": 0.2},
-        description="A class is shed once its predicted queue delay passes this (seconds): the "
-                    "operator's latency objective. Loose by default, so a closed-loop client at "
-                    "moderate concurrency is never shed; benchmarks.overload_http sets 90/90/60/40 "
-                    "ms for its 500 ms deadline and realtime target.")
+    max_queue_delay_s: dict[str, float | None] = Field(
+        default_factory=lambda: {"realtime": 0.08, "interactive": None, "batch": None,
+                                 "background": None},
+        description="A class's latency objective: it is shed once its predicted queue delay "
+                    "passes this (seconds). None: no objective but the request's own deadline "
+                    "(a request is shed only when the queue would make it miss). By default only "
+                    "realtime has one, 80 ms: a realtime caller wants a fast answer, and its "
+                    "labelled fallback at once beats a model answer after a long queue; every "
+                    "other class is let through whenever the queue leaves it time to finish.")
     burst_factor: float = Field(
         2.0, ge=1.0, description="A burst on a backlog that was not standing may reach this many "
                                  "times a class's in-flight share before it is shed (1 = the "
@@ -97,14 +108,24 @@ class EdgeConfig(BaseModel):
             if set(d) != set(_LABELS):
                 raise ValueError(f"{fname} needs exactly the classes {list(_LABELS)}, "
                                  f"got {sorted(d)}")
-            bad = {k: v for k, v in d.items() if not v > 0}
+            bad = {k: v for k, v in d.items() if v is not None and not v > 0}
             if bad:
                 raise ValueError(f"{fname} values must be > 0, got {bad}")
-            values = [d[label] for label in _LABELS]
-            if values != sorted(values, reverse=True):
-                # a less urgent class with a higher ceiling could be let in while a more
-                # urgent one is shed
-                raise ValueError(f"{fname} must not grow from realtime to background, got {d}")
+        shares = [self.in_flight_share[label] for label in _LABELS]
+        if shares != sorted(shares, reverse=True):
+            # a less urgent class with a larger share could be let in while a more urgent one
+            # is shed
+            raise ValueError(f"in_flight_share must not grow from realtime to background, "
+                             f"got {self.in_flight_share}")
+        ceilings = [c for c in (self.max_queue_delay_s[label] for label in _LABELS)
+                    if c is not None]
+        if ceilings != sorted(ceilings, reverse=True):
+            # among the classes with an objective, a less urgent one may not be looser
+            raise ValueError(f"max_queue_delay_s must not grow from realtime to background "
+                             f"(among the classes that set one), got {self.max_queue_delay_s}")
+        if self.max_queue_delay_s["realtime"] is None and ceilings:
+            raise ValueError("max_queue_delay_s: a less urgent class may not have a latency "
+                             "objective while realtime has none")
         if self.body_grace_s > self.body_timeout_s:
             raise ValueError(f"body_grace_s ({self.body_grace_s}) must not exceed "
                              f"body_timeout_s ({self.body_timeout_s})")
@@ -146,11 +167,16 @@ def predicted_delay_s(snapshot: EdgeSnapshot, priority: Priority) -> float:
     """Queue delay a new request of ``priority`` would see: the in-flight work of classes at
     least as urgent, plus the one request of a less urgent class already running (if any),
     stretched by the more urgent work still arriving (``1 / (1 - sigma)``)."""
+    sigma = sum(r for p, r in snapshot.admitted_rate.items() if p < priority) * snapshot.service_s
+    return queued_s(snapshot, priority) / max(1.0 - sigma, _MIN_FREE)
+
+
+def queued_s(snapshot: EdgeSnapshot, priority: Priority) -> float:
+    """The queue delay a new request of ``priority`` cannot avoid: the in-flight work of
+    classes at least as urgent plus the one running below (no stretch for work to come)."""
     ahead = sum(n for p, n in snapshot.in_flight.items() if p <= priority)
     running_below = any(n > 0 for p, n in snapshot.in_flight.items() if p > priority)
-    sigma = sum(r for p, r in snapshot.admitted_rate.items() if p < priority) * snapshot.service_s
-    free = max(1.0 - sigma, _MIN_FREE)
-    return (ahead + (1 if running_below else 0)) * snapshot.service_s / free
+    return (ahead + (1 if running_below else 0)) * snapshot.service_s
 
 
 def retry_after_s(snapshot: EdgeSnapshot) -> int:
@@ -164,7 +190,7 @@ def decide_edge(snapshot: EdgeSnapshot, *, priority: Priority, elapsed_s: float,
 
     ``elapsed_s``: time since it arrived; ``deadline_s``: its whole budget from arrival.
 
-    >>> snap = EdgeSnapshot({Priority.REALTIME: 4, Priority.BATCH: 8}, service_s=0.025)
+    >>> snap = EdgeSnapshot({Priority.REALTIME: 2, Priority.BATCH: 20}, service_s=0.02)
     >>> decide_edge(snap, priority=Priority.BATCH, elapsed_s=0.0, deadline_s=1.0,
     ...             config=EdgeConfig()).reason
     'overload:batch'
@@ -174,14 +200,19 @@ def decide_edge(snapshot: EdgeSnapshot, *, priority: Priority, elapsed_s: float,
     """
     delay = predicted_delay_s(snapshot, priority)
     label = priority.label
+    ceiling = config.max_queue_delay_s[label]
     if (snapshot.total >= in_flight_cap(snapshot, label, config)
-            or delay > config.max_queue_delay_s[label]):
+            or (ceiling is not None and delay > ceiling)):
         return EdgeDecision(False, f"overload:{label}", delay,
                             retry_after_s=retry_after_s(snapshot))
     unloaded_s = elapsed_s + snapshot.service_s + config.deadline_margin_s
     # Shed for the deadline only when the queue is what makes it miss: a deadline too tight
     # even for an idle backend goes on to the pipeline, whose fallback answers it, labelled.
-    if unloaded_s <= deadline_s < unloaded_s + delay:
+    # And only when it must miss: the work already ahead of it has to run first, but the more
+    # urgent work still to come may not (the stretch in ``delay`` is an expectation). A request
+    # let through that then cannot make it is refused by the device's queue at the last
+    # moment, which costs the backend nothing; one shed here that would have made it is lost.
+    if unloaded_s <= deadline_s < unloaded_s + queued_s(snapshot, priority):
         return EdgeDecision(False, "would_miss_deadline", delay,
                             retry_after_s=retry_after_s(snapshot))
     return EdgeDecision(True, None, delay)
@@ -206,7 +237,8 @@ def admits_at_once(*, total: int, service_s: float, priority: Priority, elapsed_
     if total >= config.max_in_flight * config.in_flight_share[label]:
         return False
     worst = (total + 1) * service_s / _MIN_FREE
-    return (worst <= config.max_queue_delay_s[label]
+    ceiling = config.max_queue_delay_s[label]
+    return ((ceiling is None or worst <= ceiling)
             and deadline_s >= elapsed_s + service_s + config.deadline_margin_s + worst)
 
 

@@ -47,11 +47,14 @@ from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 from router.edge_state import EdgeState
 from router.loop_load import LoopLoad
 
-__all__ = ["ADMITTED", "ARRIVAL_KEY", "EdgeGate", "EdgeMiddleware", "EdgeSettings", "EdgeState",
-           "Verdict", "arrival_s", "mount_edge", "shed_reason"]
+__all__ = ["ADMITTED", "ARRIVAL_KEY", "USED_BACKEND_KEY", "EdgeGate", "EdgeMiddleware",
+           "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "shed_reason"]
 
 ARRIVAL_KEY = "timeshare.arrival_s"
 SHED_KEY = "timeshare.shed"
+# Set by the infer handler once it has the answer: whether the backend computed it (False for a
+# cache hit or a fallback's answer), so the edge's service time counts only the backend's work.
+USED_BACKEND_KEY = "timeshare.used_backend"
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -271,7 +274,8 @@ class EdgeMiddleware:
         try:
             await self._app(scope, body, receive, send, arrived)
         finally:
-            self.state.finished(priority, started)
+            self.state.finished(priority, started,
+                                used_backend=scope.get(USED_BACKEND_KEY, True))
 
     async def _app(self, scope: Scope, body: bytes, receive: Receive, send: Send,
                    arrived: float) -> None:

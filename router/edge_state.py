@@ -100,11 +100,18 @@ class EdgeState:
         now = self._clock()
         self._rate[priority] = (self._decayed(priority, now) + 1.0 / self._tau, now)
 
-    def finished(self, priority: Priority, started_s: float) -> None:
+    def finished(self, priority: Priority, started_s: float, *, used_backend: bool = True) -> None:
+        """One admitted request has been answered. Only an answer the backend computed is a
+        service-time sample: a cache hit, or a request the pool refused and its fallback
+        answered, finishes in microseconds without using the backend, and counting those gaps
+        took the service time to a fraction of the model's, so the edge let through several
+        times what the backend could serve in time."""
         now = self._clock()
         self.in_flight[priority] -= 1
         self.total -= 1
         self.backlog.update(self.total)
+        if not used_backend:
+            return
         sample = now - (self._last_done if self._last_done is not None else started_s)
         self.service_s += self._alpha * (max(sample, 0.0) - self.service_s)
         self._last_done = now

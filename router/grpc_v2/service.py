@@ -266,10 +266,12 @@ class InferenceService:
             assert gate is not None
             started = self.clock()
             gate.state.started(req.priority)
+            used_backend = True  # an error: counted as before
             try:
                 response = await self.front.infer(req)
+                used_backend = response.timings.compute_ms > 0
             finally:
-                gate.state.finished(req.priority, started)
+                gate.state.finished(req.priority, started, used_backend=used_backend)
             return encode_model_infer(response, decoded, raw=raw)
         try:
             response = await self.front.infer(req)

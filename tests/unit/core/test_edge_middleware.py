@@ -10,7 +10,7 @@ import pytest
 
 from policies.edge import EdgeConfig
 from policies.priority import Priority
-from router.edge import ARRIVAL_KEY, SHED_KEY, EdgeMiddleware, EdgeSettings
+from router.edge import ARRIVAL_KEY, SHED_KEY, USED_BACKEND_KEY, EdgeMiddleware, EdgeSettings
 from router.loop_load import LoopLoad
 from tests.support.clocks import FakeClock
 
@@ -189,6 +189,41 @@ def test_service_time_is_measured_from_completions() -> None:
     # two batch admissions at t=100.0 (tau 1 s), seen 30 ms later
     assert st.snapshot().admitted_rate[Priority.BATCH] == pytest.approx(2 * math.exp(-0.03))
     assert st.snapshot().admitted_rate[Priority.REALTIME] == 0.0
+
+
+class TimedApp(App):
+    """Takes ``took_s`` of the fake clock per answer and says whether the backend computed it
+    (False: a cache hit, or the pool refused it and its fallback answered)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.took_s = 0.0
+        self.used_backend = True
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.clock.advance(self.took_s)
+        scope[USED_BACKEND_KEY] = self.used_backend
+        await super().__call__(scope, receive, send)
+
+
+async def test_only_answers_the_backend_computed_teach_the_service_time() -> None:
+    # Under overload the pool refuses what it cannot serve in time and its fallback answers at
+    # once; cache hits answer in microseconds. Counting those gaps took the edge's service time
+    # to a fraction of the model's, and the edge let through what could not be served in time.
+    clock = FakeClock(100.0)
+    app = TimedApp(clock)
+    mw = EdgeMiddleware(app, settings=EdgeSettings(initial_service_s=0.02),
+                        max_body_bytes=1000, default_deadline_ms=500, clock=clock)
+    body = b'{"inputs": []}'
+    app.took_s, app.used_backend = 0.0001, False
+    for _ in range(20):
+        assert (await _call(mw, _scope(len(body)), [body]))[0] == 200
+    assert mw.state.service_s == 0.02  # unchanged by 20 answers that did not use the backend
+    app.took_s, app.used_backend = 0.0001, True
+    assert (await _call(mw, _scope(len(body)), [body]))[0] == 200
+    assert mw.state.service_s == pytest.approx(0.02 + 0.1 * (0.0001 - 0.02))
+    assert mw.state.total == 0
 
 
 class FallbackApp(App):

@@ -145,6 +145,14 @@ def test_config_rejects_missing_classes_and_bad_values() -> None:
     with pytest.raises(ValueError, match="must not grow"):
         EdgeConfig(max_queue_delay_s={"realtime": 0.05, "interactive": 0.1, "batch": 0.01,
                                       "background": 0.01})
+    with pytest.raises(ValueError, match="must not grow"):  # among the classes that set one
+        EdgeConfig(max_queue_delay_s={"realtime": 0.05, "interactive": None, "batch": 0.1,
+                                      "background": None})
+    with pytest.raises(ValueError, match="while realtime has none"):
+        EdgeConfig(max_queue_delay_s={"realtime": None, "interactive": 0.1, "batch": None,
+                                      "background": None})
+    EdgeConfig(max_queue_delay_s={"realtime": 0.1, "interactive": None, "batch": 0.05,
+                                  "background": None})  # allowed: interactive has none
     with pytest.raises(ValueError, match="body_grace_s"):
         EdgeConfig(body_grace_s=5, body_timeout_s=1)
 
@@ -213,6 +221,19 @@ _SORTED4 = st.lists(st.floats(0.01, 1.0), min_size=4, max_size=4).map(
     lambda v: sorted(v, reverse=True))  # realtime's ceiling highest, as the config requires
 
 
+@st.composite
+def _ceilings(draw) -> list[float | None]:
+    """Latency objectives as the config allows them: non-increasing among the classes that set
+    one, any class but realtime (while another sets one) without (None: the deadline alone)."""
+    values: list[float | None] = list(draw(_SORTED4))
+    for i in range(1, 4):
+        if draw(st.booleans()):
+            values[i] = None
+    if draw(st.booleans()) and all(v is None for v in values[1:]):
+        values[0] = None
+    return values
+
+
 def _edge_config(max_in_flight, shares, ceilings, burst) -> EdgeConfig:
     labels = [p.label for p in Priority]
     return EdgeConfig(max_in_flight=max_in_flight, burst_factor=burst,
@@ -225,7 +246,7 @@ def _at_once_case(draw):
     """A config, a snapshot and a request inside admits_at_once's documented condition: fewer
     in flight than the class's share, and the worst-case delay within its ceiling and the
     request's budget (every such case, none outside it)."""
-    cfg = _edge_config(draw(st.integers(1, 64)), draw(_SORTED4), draw(_SORTED4),
+    cfg = _edge_config(draw(st.integers(1, 64)), draw(_SORTED4), draw(_ceilings()),
                        draw(st.floats(1.0, 3.0)))
     priority = draw(st.sampled_from(list(Priority)))
     share = cfg.max_in_flight * cfg.in_flight_share[priority.label]
@@ -233,10 +254,11 @@ def _at_once_case(draw):
     assume(total < share)
     cut = sorted(draw(st.lists(st.integers(0, total), min_size=3, max_size=3)))
     in_flight = [b - a for a, b in zip([0, *cut], [*cut, total], strict=True)]
-    most_s = cfg.max_queue_delay_s[priority.label] * 0.05 / (total + 1)
+    ceiling = cfg.max_queue_delay_s[priority.label]
+    most_s = (1.0 if ceiling is None else ceiling) * 0.05 / (total + 1)
     service_s = draw(st.floats(0.0, most_s))
     worst = (total + 1) * service_s / 0.05
-    assume(worst <= cfg.max_queue_delay_s[priority.label])
+    assume(ceiling is None or worst <= ceiling)
     elapsed_s = draw(st.floats(0.0, 1.0))
     floor_s = elapsed_s + service_s + cfg.deadline_margin_s + worst
     deadline_s = floor_s + draw(st.floats(0.0, 2.0))
@@ -270,7 +292,7 @@ def test_admits_at_once_where_its_condition_holds_and_the_full_decision_admits(c
     deadline_s=st.floats(0.0, 2.0),
     max_in_flight=st.integers(1, 64),
     shares=_SORTED4,
-    ceilings=_SORTED4,
+    ceilings=_ceilings(),
     burst=st.floats(1.0, 3.0),
 )
 def test_admits_at_once_never_where_the_full_decision_sheds(
@@ -288,7 +310,9 @@ def test_admits_at_once_never_where_the_full_decision_sheds(
 
 
 def test_admits_at_once_defers_to_the_full_decision_near_any_limit() -> None:
-    cfg = EdgeConfig()  # interactive: share 24 of 32, ceiling 0.5 s; margin 5 ms
+    cfg = EdgeConfig(max_queue_delay_s={"realtime": 0.5, "interactive": 0.5, "batch": 0.3,
+                                        "background": 0.2})  # interactive: share 24 of 32,
+    # ceiling 0.5 s; margin 5 ms
 
     def quick(total: int, service_s: float = 0.001, elapsed_s: float = 0.0,
               deadline_s: float = 1.0) -> bool:
@@ -301,3 +325,21 @@ def test_admits_at_once_defers_to_the_full_decision_near_any_limit() -> None:
     assert not quick(10, service_s=0.003)  # 0.66 s: over the ceiling in the worst case
     assert not quick(10, deadline_s=0.2)  # 0.22 s of worst case does not fit the budget
     assert not quick(0, elapsed_s=0.99)  # nor does it once most of the budget is gone
+
+
+def test_by_default_only_realtime_has_a_latency_objective_the_rest_only_their_deadline() -> None:
+    cfg = EdgeConfig()
+    assert cfg.max_queue_delay_s == {"realtime": 0.08, "interactive": None, "batch": None,
+                                     "background": None}
+    # 12 interactive ahead at 20 ms: 240 ms of queue, which a 500 ms deadline still allows
+    snap = EdgeSnapshot({IA: 12}, 0.02)
+    assert decide_edge(snap, priority=IA, elapsed_s=0.0, deadline_s=0.5, config=cfg).admit
+    # ... and which a 200 ms one does not: shed because the queue makes it miss
+    d = decide_edge(snap, priority=IA, elapsed_s=0.0, deadline_s=0.2, config=cfg)
+    assert not d.admit and d.reason == "would_miss_deadline"
+    # realtime is held to its 80 ms: 5 realtime ahead at 20 ms is 100 ms, shed as overload
+    d = decide_edge(EdgeSnapshot({RT: 5}, 0.02), priority=RT, elapsed_s=0.0, deadline_s=0.5,
+                    config=cfg)
+    assert not d.admit and d.reason == "overload:realtime"
+    assert decide_edge(EdgeSnapshot({RT: 3}, 0.02), priority=RT, elapsed_s=0.0,
+                       deadline_s=0.5, config=cfg).admit

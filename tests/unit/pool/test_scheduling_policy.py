@@ -56,6 +56,38 @@ def test_aging_promotes_a_waiting_request_one_class_per_aging_period():
     assert policy.effective_class(req(3, G, arrival=NOW - 100), NOW) == R
 
 
+def test_a_batch_request_half_way_to_its_deadline_goes_before_interactive_work_with_time_to_spare():
+    # Strict classes at full load leave batch to miss its deadline while interactive has time
+    # to spare: past half its budget a batch request is ranked with interactive, by deadline.
+    late_batch = req(1, B, arrival=NOW - 0.3, deadline=NOW + 0.2)  # 300 of 500 ms waited
+    fresh_ia = req(2, I, arrival=NOW - 0.01, deadline=NOW + 0.49)
+    d = policy.decide(snap(model("b", late_batch), model("i", fresh_ia)))
+    assert d.model == "b" and d.priority == I
+    assert policy.effective_class(late_batch, NOW) == I
+    # before half its budget it still waits behind interactive
+    early_batch = req(3, B, arrival=NOW - 0.2, deadline=NOW + 0.3)
+    d = policy.decide(snap(model("b", early_batch), model("i", fresh_ia)))
+    assert d.model == "i"
+    # an interactive request with the earlier deadline still goes first
+    urgent_ia = req(4, I, arrival=NOW - 0.45, deadline=NOW + 0.05)
+    d = policy.decide(snap(model("b", late_batch), model("i", urgent_ia)))
+    assert d.model == "i"
+    # background moves up to batch, not further; nothing is promoted into realtime by it
+    late_bg = req(5, G, arrival=NOW - 0.4, deadline=NOW + 0.1)
+    assert policy.effective_class(late_bg, NOW) == B
+    d = policy.decide(snap(model("b", late_batch), model("rt", req(6, R, deadline=NOW + 1))))
+    assert d.model == "rt"
+    # without a deadline there is no budget to measure: only aging applies
+    assert policy.effective_class(req(7, B, arrival=NOW - 1.0), NOW) == B
+
+
+def test_promote_after_is_a_share_of_the_budget():
+    assert PrioritySchedulingPolicy(promote_after=1.0).effective_class(
+        req(1, B, arrival=NOW - 0.3, deadline=NOW + 0.2), NOW) == B
+    with pytest.raises(ValueError, match="promote_after"):
+        PrioritySchedulingPolicy(promote_after=0)
+
+
 def test_aged_request_eventually_beats_fresh_realtime_work():
     starving = req(1, G, arrival=NOW - 9.0)  # soft deadline arrival+8 s is already past
     fresh_rt = req(2, R, deadline=NOW + 0.5)
