@@ -19,6 +19,7 @@ __all__ = [
     "Forbidden",
     "QuotaExceeded",
     "ServiceUnavailable",
+    "Overloaded",
     "DeadlineExceeded",
 ]
 
@@ -93,6 +94,24 @@ class ServiceUnavailable(TimeshareError):
     """No answer could be produced and no fallback applies (HTTP 503)."""
 
     status_code = 503
+
+
+class Overloaded(ServiceUnavailable):
+    """Turned away at admission (HTTP 503 with ``Retry-After``): ``retry_after_s`` is the whole
+    seconds after which a retry may find room."""
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 cause: str | None = "shed", retry_after_s: int = 1) -> None:
+        super().__init__(message, field=field, cause=cause)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self):
+        return (_rebuild_overloaded, (self.message, self.field, self.cause, self.retry_after_s))
+
+
+def _rebuild_overloaded(message: str, field: str | None, cause: str | None,
+                        retry_after_s: int) -> Overloaded:
+    return Overloaded(message, field=field, cause=cause, retry_after_s=retry_after_s)
 
 
 class DeadlineExceeded(TimeshareError):

@@ -45,7 +45,9 @@ from policies.priority import Priority, parse_priority
 from router._private.within import within
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 from router.edge_state import EdgeState
+from router.errors import Overloaded, ServiceUnavailable
 from router.loop_load import LoopLoad
+from router.schemas import InferenceRequest, InferenceResponse
 
 __all__ = ["ADMITTED", "ARRIVAL_KEY", "USED_BACKEND_KEY", "EdgeGate", "EdgeMiddleware",
            "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "shed_reason"]
@@ -214,6 +216,36 @@ class EdgeGate:
             return Verdict(refused=f"{why}; retry later", retry_after_s=decision.retry_after_s)
         return Verdict(shed_reason=f"shed at the edge: {why}",
                        retry_after_s=decision.retry_after_s)
+
+    async def run(self, request: InferenceRequest, *, elapsed_s: float, deadline_s: float,
+                  answer: Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+                  ) -> InferenceResponse:
+        """One decoded request through the gate (the gRPC service and the handle API; the HTTP
+        edge brackets the ASGI app itself): refused raises :class:`Overloaded`; shed goes on
+        marked (``request.shed_reason``) for its cache hit or local fallback; admitted is
+        counted in flight while ``answer`` runs, and its answer teaches the service time when
+        the backend computed it."""
+        self.loop_load.touch()
+        verdict = self.decide(request.priority, elapsed_s=elapsed_s, deadline_s=deadline_s)
+        if verdict.refused is not None:
+            raise Overloaded(verdict.refused, field="priority",
+                             retry_after_s=verdict.retry_after_s)
+        if verdict is not ADMITTED:
+            request.shed_reason = verdict.shed_reason
+            try:
+                return await answer(request)
+            except ServiceUnavailable as e:  # no local fallback: the shed's own 503
+                raise Overloaded(e.message, field="priority",
+                                 retry_after_s=verdict.retry_after_s) from None
+        started = self.clock()
+        self.state.started(request.priority)
+        used_backend = True  # an error: counted as before
+        try:
+            response = await answer(request)
+            used_backend = response.timings.compute_ms > 0
+            return response
+        finally:
+            self.state.finished(request.priority, started, used_backend=used_backend)
 
 
 class EdgeMiddleware:

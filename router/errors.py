@@ -5,6 +5,7 @@ from fallbacks.errors import (
     Forbidden,
     InvalidRequest,
     ModelNotFound,
+    Overloaded,
     PayloadTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
@@ -21,5 +22,6 @@ __all__ = [
     "Forbidden",
     "QuotaExceeded",
     "ServiceUnavailable",
+    "Overloaded",
     "DeadlineExceeded",
 ]

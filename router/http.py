@@ -282,7 +282,7 @@ def _infer_routes(front: Frontend) -> APIRouter:
 
     async def _infer(name: str, version: str | None, request: Request) -> Response:
         decoded, req = await _decode(front, name, version, request, stream=False)
-        response = await front.infer(req)
+        response = await front.answer(req)
         payload, headers = encode_infer_response(response, decoded)
         return Response(payload, headers=headers, media_type=headers["content-type"])
 

@@ -220,7 +220,7 @@ class InferEndpoint:
                                             decode=self.memo.decode)
             except InvalidRequest as e:  # an unknown model is 404 whatever the body
                 raise await model_error_first(self.front, name, version, e) from None
-            response = await self.front.infer(req)
+            response = await self.front.answer(req)
             scope[USED_BACKEND_KEY] = response.timings.compute_ms > 0
             payload, headers = encode_infer_response(response, decoded)
             self.memo.answered(body, length, decoded, response.cache)

@@ -254,7 +254,19 @@ class Ingress:
 
     # -- handle API -----------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run one inference. Raises typed ``router.errors`` exceptions on bad input."""
+        """Run one inference (the handle API). Raises typed ``router.errors`` exceptions on bad
+        input, and :class:`router.errors.Overloaded` (with ``retry_after_s``) when the edge's
+        admission, the same one HTTP and gRPC requests pass, turns it away."""
+        req = self._accept(request)
+        if self._gate is None:
+            return await self.pipeline.infer(req)
+        assert req.arrival_s is not None  # _accept stamps it
+        deadline_ms = req.deadline_ms or self.settings.default_deadline_ms
+        return await self._gate.run(req, elapsed_s=time.monotonic() - req.arrival_s,
+                                    deadline_s=deadline_ms / 1e3, answer=self.pipeline.infer)
+
+    async def answer(self, request: InferenceRequest) -> InferenceResponse:
+        """One request a front end in this replica (HTTP, gRPC) has let through its gate."""
         # Traced or not is decided once, by the pipeline's class (router.tracing).
         return await self.pipeline.infer(self._accept(request))
 

@@ -45,6 +45,7 @@ from router.errors import (
     Forbidden,
     InvalidRequest,
     ModelNotFound,
+    Overloaded,
     PayloadTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
@@ -74,14 +75,6 @@ STATUS_CODES: dict[type[TimeshareError], grpc.StatusCode] = {
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
-
-
-class _Overloaded(ServiceUnavailable):
-    """Refused at admission, with the edge's retry hint."""
-
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message, field="priority")
-        self.retry_after_s = retry_after_s
 
 
 class _Malformed:
@@ -249,7 +242,8 @@ class InferenceService:
         verdict = gate.decide(req.priority, elapsed_s=self.clock() - arrived,
                               deadline_s=deadline_ms / 1e3)
         if verdict.refused is not None:
-            raise _Overloaded(verdict.refused, verdict.retry_after_s)
+            raise Overloaded(verdict.refused, field="priority",
+                             retry_after_s=verdict.retry_after_s)
         if verdict is not ADMITTED:
             req.shed_reason = verdict.shed_reason
         return verdict
@@ -258,25 +252,13 @@ class InferenceService:
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         arrived = self.clock()
         decoded, raw, req = self._accept(request, context, arrived)
-        verdict = self._admit(req, arrived)
-        if verdict is None:
-            return encode_model_infer(await self.front.infer(req), decoded, raw=raw)
-        if verdict is ADMITTED:
-            gate = self.gate
-            assert gate is not None
-            started = self.clock()
-            gate.state.started(req.priority)
-            used_backend = True  # an error: counted as before
-            try:
-                response = await self.front.infer(req)
-                used_backend = response.timings.compute_ms > 0
-            finally:
-                gate.state.finished(req.priority, started, used_backend=used_backend)
-            return encode_model_infer(response, decoded, raw=raw)
-        try:
-            response = await self.front.infer(req)
-        except ServiceUnavailable as e:
-            raise _Overloaded(e.message, verdict.retry_after_s) from None
+        if self.gate is None:
+            response = await self.front.answer(req)
+        else:
+            response = await self.gate.run(
+                req, elapsed_s=self.clock() - arrived,
+                deadline_s=(req.deadline_ms or self.default_deadline_ms) / 1e3,
+                answer=self.front.answer)
         return encode_model_infer(response, decoded, raw=raw)
 
     # -- streaming inference ----------------------------------------------------------------
@@ -347,7 +329,8 @@ class InferenceService:
             except ServiceUnavailable as e:
                 if verdict is None or verdict is ADMITTED:
                     raise
-                raise _Overloaded(e.message, verdict.retry_after_s) from None
+                raise Overloaded(e.message, field="priority",
+                                 retry_after_s=verdict.retry_after_s) from None
             finally:
                 if gate is not None:
                     gate.state.finished(req.priority, started)

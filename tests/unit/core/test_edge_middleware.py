@@ -10,8 +10,17 @@ import pytest
 
 from policies.edge import EdgeConfig
 from policies.priority import Priority
-from router.edge import ARRIVAL_KEY, SHED_KEY, USED_BACKEND_KEY, EdgeMiddleware, EdgeSettings
+from router.edge import (
+    ARRIVAL_KEY,
+    SHED_KEY,
+    USED_BACKEND_KEY,
+    EdgeGate,
+    EdgeMiddleware,
+    EdgeSettings,
+)
+from router.errors import Overloaded, ServiceUnavailable
 from router.loop_load import LoopLoad
+from router.schemas import InferenceRequest, InferenceResponse, Timings
 from tests.support.clocks import FakeClock
 
 PATH = "/v2/models/m/infer"
@@ -292,3 +301,53 @@ async def test_a_shed_request_gets_its_fallback_only_while_the_ingress_loop_has_
     assert mw.state.counts == {"shed:batch": 1}
     app.hold.set()
     await asyncio.gather(*held)
+
+
+def _gate_request(priority: Priority) -> InferenceRequest:
+    return InferenceRequest(model="m", inputs={"x": [[1.0]]}, priority=priority)
+
+
+def _answer_with(clock: FakeClock, compute_ms: float, seen: list):
+    async def answer(req: InferenceRequest) -> InferenceResponse:
+        seen.append(req.shed_reason)
+        clock.advance(0.01)
+        return InferenceResponse(request_id="r", model="m", outputs={}, served_by="m",
+                                 timings=Timings(compute_ms=compute_ms))
+    return answer
+
+
+async def test_the_gate_runs_a_decoded_request_as_the_http_edge_does() -> None:
+    # The gRPC service and the handle API go through EdgeGate.run: admitted (counted in
+    # flight, a backend answer teaches the service time), shed (marked, its fallback answers;
+    # with none, Overloaded with the retry hint) or refused (Overloaded, nothing runs).
+    clock = FakeClock(100.0)
+    gate = EdgeGate(EdgeSettings(initial_service_s=0.02), clock=clock)
+    seen: list = []
+    resp = await gate.run(_gate_request(Priority.BATCH), elapsed_s=0.0, deadline_s=0.5,
+                          answer=_answer_with(clock, 5.0, seen))
+    assert resp.served_by == "m" and seen == [None] and gate.state.total == 0
+    assert gate.state.service_s == pytest.approx(0.02 + 0.1 * (0.01 - 0.02))
+    await gate.run(_gate_request(Priority.BATCH), elapsed_s=0.0, deadline_s=0.5,
+                   answer=_answer_with(clock, 0.0, seen))  # a cache hit: not a sample
+    assert gate.state.service_s == pytest.approx(0.02 + 0.1 * (0.01 - 0.02))
+
+    gate.state.in_flight[Priority.BATCH] = gate.state.total = 100
+    await gate.run(_gate_request(Priority.BATCH), elapsed_s=0.0, deadline_s=0.5,
+                   answer=_answer_with(clock, 0.0, seen))
+    assert seen[-1] is not None and seen[-1].startswith("shed at the edge: overload:batch")
+
+    async def no_fallback(req: InferenceRequest) -> InferenceResponse:
+        raise ServiceUnavailable("no local fallback")
+    with pytest.raises(Overloaded) as e:
+        await gate.run(_gate_request(Priority.BATCH), elapsed_s=0.0, deadline_s=0.5,
+                       answer=no_fallback)
+    assert e.value.field == "priority" and e.value.retry_after_s >= 1
+
+    refusing = EdgeGate(EdgeSettings(initial_service_s=0.02, shed_to_fallback=False),
+                        clock=clock)
+    refusing.state.in_flight[Priority.BATCH] = refusing.state.total = 100
+    calls = len(seen)
+    with pytest.raises(Overloaded, match="overload:batch"):
+        await refusing.run(_gate_request(Priority.BATCH), elapsed_s=0.0, deadline_s=0.5,
+                           answer=_answer_with(clock, 5.0, seen))
+    assert len(seen) == calls  # nothing ran

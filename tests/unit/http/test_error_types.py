@@ -20,6 +20,7 @@ from fallbacks.errors import (
     Forbidden,
     InvalidRequest,
     ModelNotFound,
+    Overloaded,
     PayloadTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
@@ -34,7 +35,9 @@ from tests.support.errors import ERROR_TYPES, assert_error, assert_error_body
 # the base class.
 CLASSES = [(InvalidRequest, 400), (Unauthorized, 401), (Forbidden, 403), (ModelNotFound, 404),
            (PayloadTooLarge, 413), (QuotaExceeded, 429), (ServiceUnavailable, 503),
-           (DeadlineExceeded, 504), (TimeshareError, 500)]
+           (Overloaded, 503), (DeadlineExceeded, 504), (TimeshareError, 500)]
+# A 503 that says why: turned away at admission (the HTTP edge's own 503 carries this type too)
+SUBTYPES = {Overloaded}
 
 
 def test_the_list_covers_every_public_error() -> None:
@@ -48,9 +51,18 @@ def test_each_error_has_its_status_type_and_field(cls, status, field) -> None:
     e = cls("it went wrong", field=field)
     assert e.status_code == status
     assert_error_body(status, e.to_dict(), field, type_=cls.__name__)
-    assert cls.__name__ == ERROR_TYPES[status] or cls is TimeshareError
+    assert cls.__name__ == ERROR_TYPES[status] or cls is TimeshareError or cls in SUBTYPES
     back = pickle.loads(pickle.dumps(e))  # errors cross Ray handles
     assert type(back) is cls and back.to_dict() == e.to_dict()
+
+
+def test_overloaded_keeps_its_retry_hint_across_a_handle() -> None:
+    e = Overloaded("overload:batch: predicted queue delay 90 ms; retry later", field="priority",
+                   retry_after_s=3)
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is Overloaded and isinstance(back, ServiceUnavailable)
+    assert (back.retry_after_s, back.field, back.cause, back.status_code) == (
+        3, "priority", "shed", 503)
 
 
 class RaisingFrontend(Frontend):

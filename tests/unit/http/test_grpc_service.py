@@ -108,7 +108,7 @@ class _Front(Frontend):
         self.seen: list[InferenceRequest] = []
         self.service: Any = None  # the service it fronts (set by the fixture)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def answer(self, request: InferenceRequest) -> InferenceResponse:
         self.seen.append(request)
         if self.error is not None:
             raise self.error

@@ -24,7 +24,7 @@ class _Front(Frontend):
     def __init__(self) -> None:
         self.seen: list[InferenceRequest] = []
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def answer(self, request: InferenceRequest) -> InferenceResponse:
         self.seen.append(request)
         if request.model == "missing":
             raise ModelNotFound("model: no model 'missing'", field="model")
