@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -244,6 +244,35 @@ class EdgeGate:
             response = await answer(request)
             used_backend = response.timings.compute_ms > 0
             return response
+        finally:
+            self.state.finished(request.priority, started, used_backend=used_backend)
+
+    async def stream(self, request: InferenceRequest, *, elapsed_s: float, deadline_s: float,
+                     answers: Callable[[InferenceRequest], AsyncIterator[InferenceResponse]]
+                     ) -> AsyncIterator[InferenceResponse]:
+        """:meth:`run` for a call with several answers (a fast-then-refine route): admitted, it
+        is in flight until its last answer."""
+        self.loop_load.touch()
+        verdict = self.decide(request.priority, elapsed_s=elapsed_s, deadline_s=deadline_s)
+        if verdict.refused is not None:
+            raise Overloaded(verdict.refused, field="priority",
+                             retry_after_s=verdict.retry_after_s)
+        if verdict is not ADMITTED:
+            request.shed_reason = verdict.shed_reason
+            try:
+                async for response in answers(request):
+                    yield response
+            except ServiceUnavailable as e:
+                raise Overloaded(e.message, field="priority",
+                                 retry_after_s=verdict.retry_after_s) from None
+            return
+        started = self.clock()
+        self.state.started(request.priority)
+        used_backend = True
+        try:
+            async for response in answers(request):
+                used_backend = response.timings.compute_ms > 0
+                yield response
         finally:
             self.state.finished(request.priority, started, used_backend=used_backend)
 

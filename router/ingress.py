@@ -275,8 +275,18 @@ class Ingress:
 
     async def infer_stream(self, request: InferenceRequest):
         """Stream answers (``handle.options(stream=True).infer_stream.remote(req)``): one, or
-        the fast then the refined answer of a fast-then-refine route."""
-        async for resp in self.pipeline.stream(self._accept(request)):
+        the fast then the refined answer of a fast-then-refine route; through the same
+        admission as :meth:`infer`."""
+        req = self._accept(request)
+        if self._gate is None:
+            answers = self.pipeline.stream(req)
+        else:
+            assert req.arrival_s is not None  # _accept stamps it
+            deadline_ms = req.deadline_ms or self.settings.default_deadline_ms
+            answers = self._gate.stream(req, elapsed_s=time.monotonic() - req.arrival_s,
+                                        deadline_s=deadline_ms / 1e3,
+                                        answers=self.pipeline.stream)
+        async for resp in answers:
             yield resp
 
     async def status(self) -> dict[str, Any]:

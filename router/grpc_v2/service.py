@@ -39,13 +39,12 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from router.edge import ADMITTED, EdgeGate, Verdict
+from router.edge import EdgeGate
 from router.errors import (
     DeadlineExceeded,
     Forbidden,
     InvalidRequest,
     ModelNotFound,
-    Overloaded,
     PayloadTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
@@ -231,23 +230,6 @@ class InferenceService:
                               max_deadline_ms=budget_ms)
         return decoded, raw, req
 
-    def _admit(self, req: InferenceRequest, arrived: float) -> Verdict | None:
-        """The shared edge gate's verdict (None: no gate). Raises the refusal; marks a shed
-        request, which then gets only its cache hit or local fallback."""
-        gate = self.gate
-        if gate is None:
-            return None
-        gate.loop_load.touch()
-        deadline_ms = req.deadline_ms or self.default_deadline_ms
-        verdict = gate.decide(req.priority, elapsed_s=self.clock() - arrived,
-                              deadline_s=deadline_ms / 1e3)
-        if verdict.refused is not None:
-            raise Overloaded(verdict.refused, field="priority",
-                             retry_after_s=verdict.retry_after_s)
-        if verdict is not ADMITTED:
-            req.shed_reason = verdict.shed_reason
-        return verdict
-
     async def _infer(self, request: pb.ModelInferRequest,
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         arrived = self.clock()
@@ -316,24 +298,14 @@ class InferenceService:
         try:
             arrived = self.clock()
             decoded, raw, req = self._accept(request, context, arrived)
-            verdict = self._admit(req, arrived)
-            gate = self.gate if verdict is ADMITTED else None
-            started = self.clock()
-            if gate is not None:
-                gate.state.started(req.priority)
-            try:
-                async for response in self.front.stream(req):
-                    answer = encode_model_infer(response, decoded, raw=raw)
-                    answer.parameters["triton_final_response"].bool_param = response.final
-                    yield answer
-            except ServiceUnavailable as e:
-                if verdict is None or verdict is ADMITTED:
-                    raise
-                raise Overloaded(e.message, field="priority",
-                                 retry_after_s=verdict.retry_after_s) from None
-            finally:
-                if gate is not None:
-                    gate.state.finished(req.priority, started)
+            answers = (self.front.stream(req) if self.gate is None else self.gate.stream(
+                req, elapsed_s=self.clock() - arrived,
+                deadline_s=(req.deadline_ms or self.default_deadline_ms) / 1e3,
+                answers=self.front.stream))
+            async for response in answers:
+                answer = encode_model_infer(response, decoded, raw=raw)
+                answer.parameters["triton_final_response"].bool_param = response.final
+                yield answer
         finally:
             self.ongoing -= 1
 

@@ -351,3 +351,25 @@ async def test_the_gate_runs_a_decoded_request_as_the_http_edge_does() -> None:
         await refusing.run(_gate_request(Priority.BATCH), elapsed_s=0.0, deadline_s=0.5,
                            answer=_answer_with(clock, 5.0, seen))
     assert len(seen) == calls  # nothing ran
+
+
+async def test_the_gate_streams_a_call_in_flight_until_its_last_answer() -> None:
+    clock = FakeClock(100.0)
+    gate = EdgeGate(EdgeSettings(initial_service_s=0.02), clock=clock)
+    totals: list[int] = []
+
+    async def two_answers(req: InferenceRequest):
+        for compute_ms in (1.0, 2.0):
+            totals.append(gate.state.total)
+            clock.advance(0.01)
+            yield InferenceResponse(request_id="r", model="m", outputs={}, served_by="m",
+                                    timings=Timings(compute_ms=compute_ms))
+
+    got = [r async for r in gate.stream(_gate_request(Priority.INTERACTIVE), elapsed_s=0.0,
+                                        deadline_s=0.5, answers=two_answers)]
+    assert len(got) == 2 and totals == [1, 1] and gate.state.total == 0
+    assert gate.state.service_s == pytest.approx(0.02 + 0.1 * (0.02 - 0.02))
+    gate.state.in_flight[Priority.BATCH] = gate.state.total = 100
+    shed = [r async for r in gate.stream(_gate_request(Priority.BATCH), elapsed_s=0.0,
+                                         deadline_s=0.5, answers=two_answers)]
+    assert len(shed) == 2 and gate.state.total == 100  # shed: not counted in flight

@@ -47,3 +47,20 @@ async def test_under_overload_a_handle_call_is_shed_to_its_labelled_fallback(ing
     assert resp.degraded and resp.served_by == "default"
     assert resp.reason is not None and "shed at the edge: overload:batch" in resp.reason
     assert resp.outputs["logits"].dtype == np.float32  # the declared dtype, degraded or not
+
+
+async def test_a_streamed_handle_call_passes_the_same_admission(ingress, monkeypatch):
+    st = ingress._gate.state
+    before_total = st.total
+    answers = [r async for r in ingress.infer_stream(_request(Priority.INTERACTIVE, "stream-in"))]
+    assert len(answers) == 1 and not answers[0].degraded and st.total == before_total
+    monkeypatch.setattr(ingress._gate.loop_load, "busy", 0.0)
+    st.in_flight[Priority.BATCH] += 100
+    st.total += 100
+    try:
+        shed = [r async for r in ingress.infer_stream(_request(Priority.BATCH, "stream-shed"))]
+    finally:
+        st.in_flight[Priority.BATCH] -= 100
+        st.total -= 100
+    assert len(shed) == 1 and shed[0].degraded
+    assert "shed at the edge: overload:batch" in (shed[0].reason or "")
