@@ -217,6 +217,18 @@ class EdgeGate:
         return Verdict(shed_reason=f"shed at the edge: {why}",
                        retry_after_s=decision.retry_after_s)
 
+    def _verdict(self, request: InferenceRequest, *, elapsed_s: float,
+                 deadline_s: float) -> Verdict:
+        """:meth:`decide` for a decoded request: raises the refusal, marks a shed request."""
+        self.loop_load.touch()
+        verdict = self.decide(request.priority, elapsed_s=elapsed_s, deadline_s=deadline_s)
+        if verdict.refused is not None:
+            raise Overloaded(verdict.refused, field="priority",
+                             retry_after_s=verdict.retry_after_s)
+        if verdict is not ADMITTED:
+            request.shed_reason = verdict.shed_reason
+        return verdict
+
     async def run(self, request: InferenceRequest, *, elapsed_s: float, deadline_s: float,
                   answer: Callable[[InferenceRequest], Awaitable[InferenceResponse]]
                   ) -> InferenceResponse:
@@ -225,18 +237,12 @@ class EdgeGate:
         marked (``request.shed_reason``) for its cache hit or local fallback; admitted is
         counted in flight while ``answer`` runs, and its answer teaches the service time when
         the backend computed it."""
-        self.loop_load.touch()
-        verdict = self.decide(request.priority, elapsed_s=elapsed_s, deadline_s=deadline_s)
-        if verdict.refused is not None:
-            raise Overloaded(verdict.refused, field="priority",
-                             retry_after_s=verdict.retry_after_s)
+        verdict = self._verdict(request, elapsed_s=elapsed_s, deadline_s=deadline_s)
         if verdict is not ADMITTED:
-            request.shed_reason = verdict.shed_reason
             try:
                 return await answer(request)
             except ServiceUnavailable as e:  # no local fallback: the shed's own 503
-                raise Overloaded(e.message, field="priority",
-                                 retry_after_s=verdict.retry_after_s) from None
+                raise _overloaded(e, verdict) from None
         started = self.clock()
         self.state.started(request.priority)
         used_backend = True  # an error: counted as before
@@ -252,19 +258,13 @@ class EdgeGate:
                      ) -> AsyncIterator[InferenceResponse]:
         """:meth:`run` for a call with several answers (a fast-then-refine route): admitted, it
         is in flight until its last answer."""
-        self.loop_load.touch()
-        verdict = self.decide(request.priority, elapsed_s=elapsed_s, deadline_s=deadline_s)
-        if verdict.refused is not None:
-            raise Overloaded(verdict.refused, field="priority",
-                             retry_after_s=verdict.retry_after_s)
+        verdict = self._verdict(request, elapsed_s=elapsed_s, deadline_s=deadline_s)
         if verdict is not ADMITTED:
-            request.shed_reason = verdict.shed_reason
             try:
                 async for response in answers(request):
                     yield response
             except ServiceUnavailable as e:
-                raise Overloaded(e.message, field="priority",
-                                 retry_after_s=verdict.retry_after_s) from None
+                raise _overloaded(e, verdict) from None
             return
         started = self.clock()
         self.state.started(request.priority)
@@ -275,6 +275,11 @@ class EdgeGate:
                 yield response
         finally:
             self.state.finished(request.priority, started, used_backend=used_backend)
+
+
+def _overloaded(e: ServiceUnavailable, verdict: Verdict) -> Overloaded:
+    """A shed request with no local fallback: its 503, with the edge's retry hint."""
+    return Overloaded(e.message, field="priority", retry_after_s=verdict.retry_after_s)
 
 
 class EdgeMiddleware:
