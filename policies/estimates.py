@@ -42,7 +42,7 @@ def ewma(prev: float | None, sample: float, *, alpha: float = EWMA_ALPHA) -> flo
     >>> ewma(None, 2.0), ewma(1.0, 2.0)
     (2.0, 1.2)
     """
-    if prev is None or prev == float("inf"):
+    if prev is None or prev == math.inf:
         return sample
     return (1.0 - alpha) * prev + alpha * sample
 

@@ -52,12 +52,12 @@ def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device
     p.done = p.rows
     p.compute_s += b.device_s
     p.swap_s += b.swap_s
-    p.batch = max(p.batch, b.rows)
+    if b.rows > p.batch:
+        p.batch = b.rows
     if not p.future.done():
         outs: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
                                  else dict(outputs))
-        p.parts.append((0, outs))
-        finish(p, device, classes)
+        _settle(p, outs, device, classes)  # all its rows are here: no parts to join
     queue = b.entry.queue
     if len(queue) == 1 and queue[0] is p:
         queue.clear()
@@ -75,6 +75,11 @@ def finish(p: Pending, device: str, classes: ClassWindow) -> None:
     else:
         p.parts.sort(key=lambda part: part[0])
         outs = {k: join_rows([part[k] for _, part in p.parts]) for k in p.parts[0][1]}
+    _settle(p, outs, device, classes)
+
+
+def _settle(p: Pending, outs: dict[str, Rows], device: str, classes: ClassWindow) -> None:
+    """Answer ``p`` (not yet answered) with ``outs`` and record its times in ``classes``."""
     queue_s = (p.first_start or p.arrival) - p.arrival
     classes.observe(p.priority, (queue_s, p.compute_s, p.swap_s))
     p.future.set_result(WorkResult(outs, queue_s * 1e3, p.compute_s * 1e3, p.swap_s * 1e3,

@@ -103,7 +103,9 @@ class JobThread:
         self._jobs: collections.deque[Job | None] = collections.deque()
         # Bounded: one byte per sleep at most (``put`` clears ``_sleeping`` before writing).
         self._wake_r, self._wake_w = os.pipe()
-        weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
+        # Closed once this object is gone (its thread, which holds it, has ended); not at exit,
+        # where a daemon thread may still be reading.
+        weakref.finalize(self, _close_fds, self._wake_r, self._wake_w).atexit = False
         self._sleeping = False  # the thread waits (or is about to) on the pipe
         self._threads = threads
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
