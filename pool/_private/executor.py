@@ -111,21 +111,20 @@ class JobThread:
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._started = False
 
-    def put(self, job: Job) -> None:
+    def put(self, job: Job | None) -> None:
+        """Run ``job`` after those before it (``None``: stop once they are done)."""
         if not self._started:
+            if job is None:
+                return
             self._started = True
             self._thread.start()
-        self._push(job)
-
-    def stop(self) -> None:
-        if self._started:
-            self._push(None)
-
-    def _push(self, job: Job | None) -> None:
         self._jobs.append(job)
         if self._sleeping:
             self._sleeping = False
             os.write(self._wake_w, b"\0")
+
+    def stop(self) -> None:
+        self.put(None)
 
     def _serve(self) -> None:
         if self._threads:

@@ -117,6 +117,7 @@ class DeviceWorker:
         if estimate_ttl_s <= 0:
             raise ValueError(f"estimate_ttl_s must be > 0, got {estimate_ttl_s}")
         self.device = device
+        self._label = device.label  # (a property: read once, not per answer)
         self._estimate_ttl_s = estimate_ttl_s
         self._clock = clock
         self.policy = _policy(scheduler, device)
@@ -504,7 +505,7 @@ class DeviceWorker:
         if b.swap is not None:
             b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
             b.swap = None
-        answer_batch(b, self.device.label, self.classes)
+        answer_batch(b, self._label, self.classes)
 
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""
