@@ -55,8 +55,13 @@ def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device
     if b.rows > p.batch:
         p.batch = b.rows
     if not p.future.done():
-        outs: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
-                                 else dict(outputs))
+        outs: dict[str, Rows]
+        if len(outputs) == 1:  # (the common case: no comprehension for one output)
+            [(k, v)] = outputs.items()
+            outs = {k: v.numpy() if p.as_numpy else v}
+        else:
+            outs = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
+                    else dict(outputs))
         _settle(p, outs, device, classes)  # all its rows are here: no parts to join
     queue = b.entry.queue
     if len(queue) == 1 and queue[0] is p:

@@ -147,10 +147,14 @@ class QueueState:
                 break
         else:
             return active.items()  # (the common case: nothing to drop, nothing to build)
-        for e in active.values():
-            e.listed = bool(e.queue)
-        self.active = {k: e for k, e in active.items() if e.queue}
-        return self.active.items()
+        busy = {}
+        for k, e in active.items():
+            if e.queue:
+                busy[k] = e
+            else:
+                e.listed = False
+        self.active = busy
+        return busy.items()
 
     def model_views(self, *, resident, swap_cost_s, stale,
                     loading=lambda _name: False) -> tuple[ModelView, ...]:

@@ -461,8 +461,9 @@ class DeviceWorker:
         self._blocked = False
         if b.error is not None and self._retry_after_oom(b):
             return
+        running = self._running
         for p, _, _ in b.parts:
-            self._running.discard(p.id)
+            running.discard(p.id)
         if b.error is not None:
             if b.swap is not None:
                 self.tiers.abort(b.swap)  # the weights may be half-copied: never run them
@@ -471,7 +472,10 @@ class DeviceWorker:
             b.entry.queue = [p for p in b.entry.queue if not p.future.done()]
         else:
             self._account(b)
-            self._answer(b)
+            if b.swap is not None:  # close the swap-in, then give each request its rows
+                b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
+                b.swap = None
+            answer_batch(b, self._label, self.classes)
         if b.name in self._retiring and b.name not in self.tiers.memory.running_keys():
             self._retiring.discard(b.name)
             self.tiers.forget(b.name)
@@ -499,13 +503,6 @@ class DeviceWorker:
         self.tiers.memory.start_running(b.name)
         self.executor.launch(b)
         return True
-
-    def _answer(self, b: Batch) -> None:
-        """Close the batch's swap-in, then give each request its rows (``answers``)."""
-        if b.swap is not None:
-            b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
-            b.swap = None
-        answer_batch(b, self._label, self.classes)
 
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""
