@@ -476,6 +476,8 @@ class DeviceWorker:
                 b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
                 b.swap = None
             answer_batch(b, self._label, self.classes)
+            if not b.entry.queue:
+                self.queues.emptied(b.entry)
         if b.name in self._retiring and b.name not in self.tiers.memory.running_keys():
             self._retiring.discard(b.name)
             self.tiers.forget(b.name)
@@ -507,7 +509,8 @@ class DeviceWorker:
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""
         entry = b.entry
-        self.tiers.memory.touch(b.name)
+        now = self._clock()
+        self.tiers.memory.touch(b.name, now)
         self.chunks += 1
         if b.inline:
             self.inline_chunks += 1
@@ -520,7 +523,6 @@ class DeviceWorker:
         # The cost per row sizes chunks in time: measured on the device side, so the hops and
         # event-loop delays (which vary with load, not with rows) do not shrink chunks. A stale
         # estimate (a long-idle model, or one slowed by a past stall) is replaced whole.
-        now = self._clock()
         entry.ewma_row_s = ewma(None if self._stale(entry, now) else entry.ewma_row_s,
                                 b.device_s / max(b.rows, 1))
         entry.measured_at = now
