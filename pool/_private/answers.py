@@ -24,10 +24,10 @@ def answer_batch(b: Batch, device: str, classes: ClassWindow) -> None:
     """Give each request of ``b`` its rows and answer the finished ones (``device``: the
     label their results carry; ``classes``: where their queue wait and compute are recorded)."""
     entry = b.entry
-    outputs = name_outputs(entry.config, b.raw)
     if len(b.parts) == 1 and b.parts[0][2] == b.parts[0][0].rows:
-        _answer_whole(b, b.parts[0][0], outputs, device, classes)  # one request, whole
+        _answer_whole(b, b.parts[0][0], device, classes)  # one request, whole
         return
+    outputs = name_outputs(entry.config, b.raw)
     arrays: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()}
                                if any(p.as_numpy for p, _, _ in b.parts) else dict(outputs))
     tensors: dict[str, Rows] = dict(outputs)
@@ -47,19 +47,19 @@ def answer_batch(b: Batch, device: str, classes: ClassWindow) -> None:
     entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
 
 
-def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device: str,
-                  classes: ClassWindow) -> None:
+def _answer_whole(b: Batch, p: Pending, device: str, classes: ClassWindow) -> None:
     p.done = p.rows
     p.compute_s += b.device_s
     p.swap_s += b.swap_s
     if b.rows > p.batch:
         p.batch = b.rows
     if not p.future.done():
+        raw, one = b.raw, b.entry.one_output
         outs: dict[str, Rows]
-        if len(outputs) == 1:  # (the common case: no comprehension for one output)
-            [(k, v)] = outputs.items()
-            outs = {k: v.numpy() if p.as_numpy else v}
+        if one is not None and isinstance(raw, torch.Tensor):  # (the common case: named as is)
+            outs = {one: raw.numpy() if p.as_numpy else raw}
         else:
+            outputs = name_outputs(b.entry.config, raw)
             outs = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
                     else dict(outputs))
         _settle(p, outs, device, classes)  # all its rows are here: no parts to join

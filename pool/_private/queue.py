@@ -59,6 +59,9 @@ class ModelQueue:
     config: ModelConfig
     key: ModelKey
     name: str = ""  # str(ModelKey): the name the policy and the residency know it by
+    # The name of the model's one declared output (None: several): a single output tensor is
+    # answered under it as is (answers), as ``name_outputs`` would name it.
+    one_output: str | None = None
     listed: bool = False  # in QueueState.active
     queue: list[Pending] = field(default_factory=list)
     ewma_row_s: float = INITIAL_ROW_S
@@ -104,7 +107,9 @@ class QueueState:
         self._queued_at_most = 0
 
     def add(self, key: ModelKey, config: ModelConfig) -> None:
-        entry = ModelQueue(config=config, key=key, name=str(key))
+        entry = ModelQueue(config=config, key=key, name=str(key),
+                           one_output=config.outputs[0].name if len(config.outputs) == 1
+                           else None)
         self.models[key] = entry
         self.by_name[entry.name] = key
         self.named[entry.name] = entry
