@@ -23,6 +23,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -192,7 +193,7 @@ class ThreadExecutor(DeviceExecutor):
         return self.in_flight == 0
 
     def _submit(self, b: Batch) -> None:
-        self._thread.put(lambda: self._run(b))
+        self._thread.put(partial(self._run, b))
 
     def _run(self, b: Batch) -> None:
         run_on_cpu(b, self._tiers)
