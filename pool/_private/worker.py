@@ -445,7 +445,7 @@ class DeviceWorker:
         b = self.batches.build(name, entry, parts, d.priority, swap, d.work_s, now,
                                alone=self.executor.in_flight == 0)
         tiers.memory.start_running(name)
-        if self.batches.runs_inline(b):
+        if self.batches.inline_s and self.batches.runs_inline(b):  # (0: the call skipped)
             self.batches.run_inline(b)
             self._completed(b)
             return True
@@ -484,7 +484,8 @@ class DeviceWorker:
             retired = self._retired.pop(b.name, None)
             if retired is not None:
                 retired.set()
-        if self.queues.waiting():  # (an inline batch is already inside a pump: no-op)
+        # (an inline batch is already inside a pump: no-op; no model listed: nothing waits)
+        if self.queues.active and self.queues.waiting():
             self._pump()
 
     def _retry_after_oom(self, b: Batch) -> bool:
