@@ -24,10 +24,10 @@ def answer_batch(b: Batch, device: str, classes: ClassWindow) -> None:
     """Give each request of ``b`` its rows and answer the finished ones (``device``: the
     label their results carry; ``classes``: where their queue wait and compute are recorded)."""
     entry = b.entry
-    outputs = name_outputs(entry.config, b.raw)
     if len(b.parts) == 1 and b.parts[0][2] == b.parts[0][0].rows:
-        _answer_whole(b, b.parts[0][0], outputs, device, classes)  # one request, whole
+        _answer_whole(b, b.parts[0][0], device, classes)  # one request, whole
         return
+    outputs = name_outputs(entry.config, b.raw)
     arrays: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()}
                                if any(p.as_numpy for p, _, _ in b.parts) else dict(outputs))
     tensors: dict[str, Rows] = dict(outputs)
@@ -47,17 +47,22 @@ def answer_batch(b: Batch, device: str, classes: ClassWindow) -> None:
     entry.queue = [p for p in entry.queue if p.done < p.rows and not p.future.done()]
 
 
-def _answer_whole(b: Batch, p: Pending, outputs: dict[str, torch.Tensor], device: str,
-                  classes: ClassWindow) -> None:
+def _answer_whole(b: Batch, p: Pending, device: str, classes: ClassWindow) -> None:
     p.done = p.rows
     p.compute_s += b.device_s
     p.swap_s += b.swap_s
-    p.batch = max(p.batch, b.rows)
+    if b.rows > p.batch:
+        p.batch = b.rows
     if not p.future.done():
-        outs: dict[str, Rows] = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
-                                 else dict(outputs))
-        p.parts.append((0, outs))
-        finish(p, device, classes)
+        raw, one = b.raw, b.entry.one_output
+        outs: dict[str, Rows]
+        if one is not None and isinstance(raw, torch.Tensor):  # (the common case: named as is)
+            outs = {one: raw.numpy() if p.as_numpy else raw}
+        else:
+            outputs = name_outputs(b.entry.config, raw)
+            outs = ({k: v.numpy() for k, v in outputs.items()} if p.as_numpy
+                    else dict(outputs))
+        _settle(p, outs, device, classes)  # all its rows are here: no parts to join
     queue = b.entry.queue
     if len(queue) == 1 and queue[0] is p:
         queue.clear()
@@ -75,6 +80,11 @@ def finish(p: Pending, device: str, classes: ClassWindow) -> None:
     else:
         p.parts.sort(key=lambda part: part[0])
         outs = {k: join_rows([part[k] for _, part in p.parts]) for k in p.parts[0][1]}
+    _settle(p, outs, device, classes)
+
+
+def _settle(p: Pending, outs: dict[str, Rows], device: str, classes: ClassWindow) -> None:
+    """Answer ``p`` (not yet answered) with ``outs`` and record its times in ``classes``."""
     queue_s = (p.first_start or p.arrival) - p.arrival
     classes.observe(p.priority, (queue_s, p.compute_s, p.swap_s))
     p.future.set_result(WorkResult(outs, queue_s * 1e3, p.compute_s * 1e3, p.swap_s * 1e3,

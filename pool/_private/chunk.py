@@ -88,7 +88,7 @@ class BatchBuilder:
               priority: Priority, swap: SwapIn | None, work_s: float, now: float,
               alone: bool) -> Batch:
         args = [_rows_of(parts, t.name) for t in entry.config.inputs]
-        rows = sum(n for _, _, n in parts)
+        rows = parts[0][2] if len(parts) == 1 else sum(n for _, _, n in parts)
         return Batch(name, entry, parts, priority, swap, self.tiers.module(name), args, rows,
                      work_s, now, alone)
 

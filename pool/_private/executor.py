@@ -17,10 +17,13 @@ back onto the loop). ``has_room(priority)`` bounds the batches in flight.
 from __future__ import annotations
 
 import asyncio
-import queue
+import collections
+import os
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -85,30 +88,65 @@ class DeviceExecutor(ABC):
 
 
 class JobThread:
-    """One daemon thread running jobs in order from a queue (``None`` stops it), with
-    ``threads`` torch intra-op threads (a per-OS-thread setting in torch)."""
+    """One daemon thread running jobs in order (``None`` stops it), with ``threads`` torch
+    intra-op threads (a per-OS-thread setting in torch).
+
+    A sleeping thread is woken by a byte written to a pipe, a call that lets go of the GIL for
+    the write: the woken thread, often scheduled at once (it has used less CPU than the caller),
+    finds the GIL free and runs its job. Woken from ``queue.SimpleQueue.put``, which holds the
+    GIL throughout, it found the GIL taken, slept again until the caller's loop next let go of
+    it, and was woken a second time: on one core two extra thread switches per job (the device
+    worker's per-request switches went from 5.6 to 2, ``docs/PERFORMANCE.md``, issue 41). A
+    thread that is busy is not woken: it takes the next job when it is done.
+    """
 
     def __init__(self, name: str, threads: int | None) -> None:
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._jobs: collections.deque[Job | None] = collections.deque()
+        # Bounded: one byte per sleep at most (``put`` clears ``_sleeping`` before writing).
+        self._wake_r, self._wake_w = os.pipe()
+        # Closed once this object is gone (its thread, which holds it, has ended); not at exit,
+        # where a daemon thread may still be reading.
+        weakref.finalize(self, _close_fds, self._wake_r, self._wake_w).atexit = False
+        self._sleeping = False  # the thread waits (or is about to) on the pipe
         self._threads = threads
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._started = False
 
-    def put(self, job: Job) -> None:
+    def put(self, job: Job | None) -> None:
+        """Run ``job`` after those before it (``None``: stop once they are done)."""
         if not self._started:
+            if job is None:
+                return
             self._started = True
             self._thread.start()
-        self._jobs.put(job)
+        self._jobs.append(job)
+        if self._sleeping:
+            self._sleeping = False
+            os.write(self._wake_w, b"\0")
 
     def stop(self) -> None:
-        if self._started:
-            self._jobs.put(None)
+        self.put(None)
 
     def _serve(self) -> None:
         if self._threads:
             torch.set_num_threads(self._threads)
-        while (job := self._jobs.get()) is not None:
-            job()
+        jobs = self._jobs
+        while True:
+            if jobs:
+                job = jobs.popleft()
+                if job is None:
+                    return
+                job()
+                continue
+            self._sleeping = True
+            if not jobs:  # (a job pushed before the flag was set did not write: run it)
+                os.read(self._wake_r, 64)  # a stale byte at most: an extra turn, no job lost
+            self._sleeping = False
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 async def call_in(thread: JobThread, fn: Callable[..., Any], *args: Any) -> Any:
@@ -155,7 +193,7 @@ class ThreadExecutor(DeviceExecutor):
         return self.in_flight == 0
 
     def _submit(self, b: Batch) -> None:
-        self._thread.put(lambda: self._run(b))
+        self._thread.put(partial(self._run, b))
 
     def _run(self, b: Batch) -> None:
         run_on_cpu(b, self._tiers)

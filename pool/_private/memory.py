@@ -97,9 +97,11 @@ class MemoryManager:
         return list(self._pinned)
 
     # -- state changes ----------------------------------------------------------------------
-    def touch(self, key: str) -> None:
-        if key in self._resident:
-            self._resident[key].last_used = self._clock()
+    def touch(self, key: str, now: float | None = None) -> None:
+        """``key`` was used (``now``: the clock's time, when the caller has read it)."""
+        r = self._resident.get(key)
+        if r is not None:
+            r.last_used = self._clock() if now is None else now
 
     @contextmanager
     def running(self, key: str) -> Iterator[None]:

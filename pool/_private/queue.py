@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import ItemsView, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +57,11 @@ class ModelQueue:
     """One model's queue and its measured costs."""
 
     config: ModelConfig
+    key: ModelKey
     name: str = ""  # str(ModelKey): the name the policy and the residency know it by
+    # The name of the model's one declared output (None: several): a single output tensor is
+    # answered under it as is (answers), as ``name_outputs`` would name it.
+    one_output: str | None = None
     listed: bool = False  # in QueueState.active
     queue: list[Pending] = field(default_factory=list)
     ewma_row_s: float = INITIAL_ROW_S
@@ -71,8 +75,9 @@ class ModelQueue:
     graph_read: bool = False  # its graph was read for inline_bounded_only
 
     def arrived(self, now: float) -> None:
-        if self.last_arrival is not None:
-            self.ewma_gap_s = ewma(self.ewma_gap_s, now - self.last_arrival)
+        last = self.last_arrival
+        if last is not None:
+            self.ewma_gap_s = ewma(self.ewma_gap_s, now - last)
         self.last_arrival = now
 
 
@@ -102,7 +107,9 @@ class QueueState:
         self._queued_at_most = 0
 
     def add(self, key: ModelKey, config: ModelConfig) -> None:
-        entry = ModelQueue(config=config, name=str(key))
+        entry = ModelQueue(config=config, key=key, name=str(key),
+                           one_output=config.outputs[0].name if len(config.outputs) == 1
+                           else None)
         self.models[key] = entry
         self.by_name[entry.name] = key
         self.named[entry.name] = entry
@@ -116,9 +123,9 @@ class QueueState:
     def entry(self, name: str) -> ModelQueue | None:
         return self.named.get(name)
 
-    def submit(self, key: ModelKey, inputs: Mapping[str, Rows], priority: Priority,
+    def submit(self, entry: ModelQueue, inputs: Mapping[str, Rows], priority: Priority,
                deadline: float | None, now: float, future: asyncio.Future) -> Pending:
-        """Queue a request (the caller checked the model is registered)."""
+        """Queue a request for ``entry``'s model (the caller found it registered)."""
         if self._queued_at_most >= self._max_queue:
             self._queued_at_most = sum(len(e.queue) for _, e in self._busy())
             if self._queued_at_most >= self._max_queue:
@@ -126,26 +133,33 @@ class QueueState:
                     self.classes.count(priority, REFUSED)
                 raise asyncio.QueueFull(f"{self.label}: {self._max_queue} requests queued")
         first = next(iter(inputs.values()))
-        p = Pending(next(self._ids), key, inputs, int(first.shape[0]),
+        p = Pending(next(self._ids), entry.key, inputs, int(first.shape[0]),
                     priority if type(priority) is Priority else Priority(priority),
                     deadline, now, future, as_numpy=isinstance(first, np.ndarray))
-        entry = self.models[key]
         entry.arrived(now)
         entry.queue.append(p)
         if not entry.listed:
             entry.listed = True
-            self.active[key] = entry
+            self.active[entry.key] = entry
         self._queued_at_most += 1
         return p
 
-    def _busy(self) -> list[tuple[ModelKey, ModelQueue]]:
+    def _busy(self) -> ItemsView[ModelKey, ModelQueue]:
         """The active models with a non-empty queue (drops the others from ``active``)."""
-        busy = [(k, e) for k, e in self.active.items() if e.queue]
-        if len(busy) != len(self.active):
-            for _, e in self.active.items():
-                e.listed = bool(e.queue)
-            self.active = dict(busy)
-        return busy
+        active = self.active
+        for e in active.values():
+            if not e.queue:
+                break
+        else:
+            return active.items()  # (the common case: nothing to drop, nothing to build)
+        busy = {}
+        for k, e in active.items():
+            if e.queue:
+                busy[k] = e
+            else:
+                e.listed = False
+        self.active = busy
+        return busy.items()
 
     def model_views(self, *, resident, swap_cost_s, stale,
                     loading=lambda _name: False) -> tuple[ModelView, ...]:
@@ -177,9 +191,20 @@ class QueueState:
             ))
         return tuple(models)
 
+    def emptied(self, entry: ModelQueue) -> None:
+        """``entry``'s queue is empty (its last request answered): it leaves ``active`` now,
+        in one step, rather than by the next walk's rebuild of ``active``."""
+        if entry.listed and not entry.queue:
+            entry.listed = False
+            self.active.pop(entry.key, None)
+
     def waiting(self) -> bool:
         """Some queued request has rows not yet on the device (cancelled ones may count)."""
-        return any(p.launched < p.rows for _, e in self._busy() for p in e.queue)
+        for _, e in self._busy():
+            for p in e.queue:
+                if p.launched < p.rows:
+                    return True
+        return False
 
     def backlog_s(self, *, resident, swap_cost_s, stale) -> float:
         """All queued work as :meth:`model_views` would estimate it (each model's remaining rows

@@ -204,6 +204,15 @@ class Residency:
         return key not in self._inflight and (
             self.memory.is_resident(key) or self._models[key].packed is not None)
 
+    def use_resident(self, key: str) -> bool:
+        """True when ``key`` is resident and usable (:meth:`is_resident`); then it is marked
+        used, as :meth:`reserve` marks it (the launch of a resident model in one step)."""
+        if key in self._inflight or not self.memory.is_resident(key):
+            return False
+        self.memory.touch(key)
+        self.host.touch(key)
+        return True
+
     def reserve(self, key: str, priority: Priority,
                 queued: Mapping[str, Priority]) -> SwapIn | None:
         """The synchronous half of a swap-in from the host tier: evict, reserve the region, pin.

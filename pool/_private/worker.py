@@ -117,6 +117,7 @@ class DeviceWorker:
         if estimate_ttl_s <= 0:
             raise ValueError(f"estimate_ttl_s must be > 0, got {estimate_ttl_s}")
         self.device = device
+        self._label = device.label  # (a property: read once, not per answer)
         self._estimate_ttl_s = estimate_ttl_s
         self._clock = clock
         self.policy = _policy(scheduler, device)
@@ -216,14 +217,15 @@ class DeviceWorker:
         Raises RequestExpired (deadline, an absolute ``clock`` time, cannot be met),
         DeviceOutOfMemory, ModelNotLoaded, QueueFull.
         """
-        if key not in self.queues.models:
+        entry = self.queues.models.get(key)
+        if entry is None:
             raise ModelNotLoaded(f"model {key} is not loaded on {self.device.label}")
         if not inputs:
             raise ValueError("inputs must name at least one tensor")
         fut = asyncio.get_running_loop().create_future()
         now = self._clock()
-        p = self.queues.submit(key, inputs, priority, deadline, now, fut)
-        if self.executor.in_flight == 0 and self._launch_alone(p):
+        p = self.queues.submit(entry, inputs, priority, deadline, now, fut)
+        if self.executor.in_flight == 0 and self._launch_alone(p, entry):
             return await fut  # decided and launched (or refused) without a snapshot
         if not self.executor.has_any_room():
             if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
@@ -289,9 +291,10 @@ class DeviceWorker:
         self.executor.close()
 
     # -- schedule -----------------------------------------------------------------------------
-    def _stale(self, entry: ModelQueue) -> bool:
+    def _stale(self, entry: ModelQueue, now: float | None = None) -> bool:
         return (entry.measured_at is not None
-                and self._clock() - entry.measured_at > self._estimate_ttl_s)
+                and (self._clock() if now is None else now) - entry.measured_at
+                > self._estimate_ttl_s)
 
     def _backlog_s(self) -> float:
         return self.queues.backlog_s(resident=self.tiers.is_resident,
@@ -342,23 +345,24 @@ class DeviceWorker:
         finally:
             self._pumping = False
 
-    def _launch_alone(self, p: Pending) -> bool:
+    def _launch_alone(self, p: Pending, entry: ModelQueue) -> bool:
         """Steps 1 and 2 for the common case at low load, without a snapshot: ``p`` alone on an
-        idle device, at a resident model. The policy's verdict on plain numbers
+        idle device, at a resident model (``entry``'s). The policy's verdict on plain numbers
         (``SchedulingPolicy.decide_arrival``, the same rules as its ``decide``), then the
         launch, or its timer while a batch forms. False when those conditions do not hold: the
         general pump decides."""
-        if self._pumping or self._blocked or self._closed or len(self.queues.active) != 1:
+        if (self._pumping or self._blocked or self._closed or len(self.queues.active) != 1
+                or len(entry.queue) != 1):
             return False
-        entry = self.queues.models[p.key]
         name, config = entry.name, entry.config
-        if len(entry.queue) != 1 or not self.tiers.is_resident(name) or name in self._loads:
+        if not self.tiers.is_resident(name) or name in self._loads:
             return False
-        stale = self._stale(entry)
+        measured_at = entry.measured_at
+        stale = measured_at is not None and p.arrival - measured_at > self._estimate_ttl_s
         d = self.policy.decide_arrival(
             now=p.arrival, model=name, request_id=p.id, priority=p.priority,
             deadline=p.deadline, rows=p.rows, max_batch_size=config.max_batch_size,
-            row_cost_s=shown_row_s(entry, stale), measured=entry.measured_at is not None
+            row_cost_s=shown_row_s(entry, stale), measured=measured_at is not None
             and not stale, chunk_size=self.device.chunk_size, pace=self.pace.factor,
             batch_wait_s=config.batch_wait_ms / 1e3, arrival_gap_s=entry.ewma_gap_s)
         if d.model is None:
@@ -368,7 +372,7 @@ class DeviceWorker:
         if not self.executor.has_room(d.priority):
             return False
         try:
-            self._launch(d)
+            self._launch(d, entry, [p])
         except Exception as e:  # noqa: BLE001 - contained, as in _pump: fail this request
             fail(p, e)
             return True
@@ -385,27 +389,33 @@ class DeviceWorker:
             self._timer = asyncio.get_running_loop().call_later(delay, self._pump)
 
     # -- launch ---------------------------------------------------------------------------------
-    def _launch(self, d: ScheduleDecision) -> bool:
+    def _launch(self, d: ScheduleDecision, entry: ModelQueue | None = None,
+                chosen: list[Pending] | None = None) -> bool:
         """Step 2: make the decision's model resident and hand a batch to the executor.
-        True when the batch ran inline (it is answered already)."""
-        assert d.model is not None
-        entry = self.queues.named[d.model]
-        if self._last is not None and self._last != d.model and self.queues.has_started(
-                self._last):
-            self.preemptions += 1
-            self.preempted_by[d.priority] += 1
-        self._last = d.model
+        True when the batch ran inline (it is answered already). ``entry`` and ``chosen``:
+        the model's queue and the decision's requests, when the caller holds them."""
+        name = d.model
+        assert name is not None
+        if entry is None:
+            entry = self.queues.named[name]
+        if self._last != name:
+            if self._last is not None and self.queues.has_started(self._last):
+                self.preemptions += 1
+                self.preempted_by[d.priority] += 1
+            self._last = name
+        tiers = self.tiers
         try:
-            if not self.tiers.can_reserve(d.model):
+            if tiers.use_resident(name):
+                swap = None
+            elif not tiers.can_reserve(name):
                 # On disk (the host tier dropped it), or a swap of it already in flight: load it
                 # off the loop and serve resident models meanwhile; the policy sees it loading
                 # until then.
-                self._loads.start(d.model)
+                self._loads.start(name)
                 return False
-            # From the host tier: evict and reserve now; the copy runs on the device side.
-            queued = ({} if self.tiers.memory.is_resident(d.model)  # nothing to evict
-                      else self.queues.queued_classes())
-            swap = self.tiers.reserve(d.model, d.priority, queued)
+            else:
+                # From the host tier: evict and reserve now; the copy runs on the device side.
+                swap = tiers.reserve(name, d.priority, self.queues.queued_classes())
         except DeviceOutOfMemory as e:
             if self.executor.in_flight:
                 # What must leave is still running (batches in flight on CUDA): wait for a
@@ -416,24 +426,26 @@ class DeviceWorker:
                 if p.id not in self._running:
                     fail(p, e)
             return False
-        if d.model != self._current:
-            self._current = d.model
-            self._slice_start = self._clock()
-        parts = self.queues.take_rows(self.queues.chosen(d), d.chunk_rows)
+        now = self._clock()
+        if name != self._current:
+            self._current = name
+            self._slice_start = now
+        parts = self.queues.take_rows(self.queues.chosen(d) if chosen is None else chosen,
+                                      d.chunk_rows)
         if not parts:  # every chosen request was cancelled
             if swap is not None:
-                self.tiers.abort(swap)
+                tiers.abort(swap)
             return False
-        now = self._clock()
+        running = self._running
         for p, _, n in parts:
             if p.first_start is None:
                 p.first_start = now
             p.launched += n
-            self._running.add(p.id)
-        b = self.batches.build(d.model, entry, parts, d.priority, swap, d.work_s, now,
+            running.add(p.id)
+        b = self.batches.build(name, entry, parts, d.priority, swap, d.work_s, now,
                                alone=self.executor.in_flight == 0)
-        self.tiers.memory.start_running(d.model)
-        if self.batches.runs_inline(b):
+        tiers.memory.start_running(name)
+        if self.batches.inline_s and self.batches.runs_inline(b):  # (0: the call skipped)
             self.batches.run_inline(b)
             self._completed(b)
             return True
@@ -449,8 +461,9 @@ class DeviceWorker:
         self._blocked = False
         if b.error is not None and self._retry_after_oom(b):
             return
+        running = self._running
         for p, _, _ in b.parts:
-            self._running.discard(p.id)
+            running.discard(p.id)
         if b.error is not None:
             if b.swap is not None:
                 self.tiers.abort(b.swap)  # the weights may be half-copied: never run them
@@ -459,14 +472,20 @@ class DeviceWorker:
             b.entry.queue = [p for p in b.entry.queue if not p.future.done()]
         else:
             self._account(b)
-            self._answer(b)
+            if b.swap is not None:  # close the swap-in, then give each request its rows
+                b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
+                b.swap = None
+            answer_batch(b, self._label, self.classes)
+            if not b.entry.queue:
+                self.queues.emptied(b.entry)
         if b.name in self._retiring and b.name not in self.tiers.memory.running_keys():
             self._retiring.discard(b.name)
             self.tiers.forget(b.name)
             retired = self._retired.pop(b.name, None)
             if retired is not None:
                 retired.set()
-        if self.queues.waiting():  # (an inline batch is already inside a pump: no-op)
+        # (an inline batch is already inside a pump: no-op; no model listed: nothing waits)
+        if self.queues.active and self.queues.waiting():
             self._pump()
 
     def _retry_after_oom(self, b: Batch) -> bool:
@@ -488,17 +507,11 @@ class DeviceWorker:
         self.executor.launch(b)
         return True
 
-    def _answer(self, b: Batch) -> None:
-        """Close the batch's swap-in, then give each request its rows (``answers``)."""
-        if b.swap is not None:
-            b.swap_s += self.tiers.swapped(b.swap, b.copy_s)
-            b.swap = None
-        answer_batch(b, self.device.label, self.classes)
-
     def _account(self, b: Batch) -> None:
         """Refresh the estimates from ``b``."""
         entry = b.entry
-        self.tiers.memory.touch(b.name)
+        now = self._clock()
+        self.tiers.memory.touch(b.name, now)
         self.chunks += 1
         if b.inline:
             self.inline_chunks += 1
@@ -511,8 +524,7 @@ class DeviceWorker:
         # The cost per row sizes chunks in time: measured on the device side, so the hops and
         # event-loop delays (which vary with load, not with rows) do not shrink chunks. A stale
         # estimate (a long-idle model, or one slowed by a past stall) is replaced whole.
-        now = self._clock()
-        entry.ewma_row_s = ewma(None if self._stale(entry) else entry.ewma_row_s,
+        entry.ewma_row_s = ewma(None if self._stale(entry, now) else entry.ewma_row_s,
                                 b.device_s / max(b.rows, 1))
         entry.measured_at = now
         if b.alone and b.work_s:

@@ -88,7 +88,7 @@ def test_the_queue_backlog_matches_the_snapshot_views():
             key = ModelKey(name, "1")
             q.add(key, cfg.model_copy(update={"name": name}))
             for n in rows:
-                q.submit(key, {"x": torch.ones(n, 4)}, Priority.BATCH, None, 0.0,
+                q.submit(q.models[key], {"x": torch.ones(n, 4)}, Priority.BATCH, None, 0.0,
                          loop.create_future())
         q.models[ModelKey("a", "1")].ewma_row_s = 0.002
         started = q.models[ModelKey("a", "1")].queue[1]  # a started request: 2 rows left

@@ -81,3 +81,28 @@ def test_bad_settings_name_the_field() -> None:
         ClassWindow(series=("x",), slots=0)
     with pytest.raises(ValueError, match="series"):
         ClassWindow(series=())
+
+
+def test_observations_kept_aside_read_as_if_each_was_recorded_at_once() -> None:
+    """A window that folds observations in batches reads what one recording each at once
+    shows, at every read, across slot boundaries and with counts in between (each
+    observation lands in the slot of its own time, and counts after what came before)."""
+    clocks = FakeClock(600.0), FakeClock(600.0)
+    at_once = ClassWindow(series=("queue", "compute"), counters=("refused",), clock=clocks[0],
+                          fold_at=1)
+    folded = ClassWindow(series=("queue", "compute"), counters=("refused",), clock=clocks[1],
+                         fold_at=16)
+    for i in range(500):
+        t = 600.0 + i * 0.09  # 45 s: slots begin and fall out of the window meanwhile
+        for c in clocks:
+            c.set(t)
+        cls = Priority(i % 4)
+        for w in (at_once, folded):
+            w.observe(cls, ((i % 37 + 1) / 1e4, (i % 11 + 1) / 1e3))
+            if i % 29 == 0:
+                w.count(cls, 0)
+        if i % 13 == 0:
+            assert folded.snapshot() == at_once.snapshot()
+    assert folded.snapshot() == at_once.snapshot()
+    with pytest.raises(ValueError, match="fold_at"):
+        ClassWindow(series=("queue",), fold_at=0)

@@ -25,7 +25,7 @@ def queues():
 
 
 def _submit(q: QueueState, key: ModelKey, loop: asyncio.AbstractEventLoop):
-    return q.submit(key, {"x": torch.zeros(1, 2)}, Priority.INTERACTIVE, None, 0.0,
+    return q.submit(q.models[key], {"x": torch.zeros(1, 2)}, Priority.INTERACTIVE, None, 0.0,
                     loop.create_future())
 
 
