@@ -5,13 +5,16 @@ The public API of each policy family, importable from the package root
 """
 
 from policies.admission import (
+    DEFAULT_OBJECTIVES,
     AdmissionConfig,
     AdmissionDecision,
     AdmissionSnapshot,
     admission_floors,
     admits_at_once,
+    check_objectives,
     decide_admission,
     shed_classes,
+    shed_reason,
     throttle_reject_probability,
 )
 from policies.calibration import (
@@ -94,6 +97,7 @@ from policies.spill import (
 )
 
 __all__ = [
+    "DEFAULT_OBJECTIVES",
     "AdmissionConfig",
     "AdmissionDecision",
     "AdmissionSnapshot",
@@ -145,6 +149,7 @@ __all__ = [
     "cheap_features",
     "confidence",
     "admission_floors",
+    "check_objectives",
     "admits_at_once",
     "decide_admission",
     "decide_spill",
@@ -161,6 +166,7 @@ __all__ = [
     "rank_replicas",
     "share_to_reach",
     "shed_classes",
+    "shed_reason",
     "strategy_names",
     "threshold_for_accuracy",
     "threshold_for_share",

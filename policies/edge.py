@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policies.admission import DEFAULT_OBJECTIVES, check_objectives, shed_reason
 from policies.priority import Priority
 
 __all__ = [
@@ -79,8 +80,7 @@ class EdgeConfig(BaseModel):
                                  "background": 0.25},
         description="A class is shed once the total in flight reaches share x max_in_flight.")
     max_queue_delay_s: dict[str, float | None] = Field(
-        default_factory=lambda: {"realtime": 0.08, "interactive": None, "batch": None,
-                                 "background": None},
+        default_factory=lambda: dict(DEFAULT_OBJECTIVES),
         description="A class's latency objective: it is shed once its predicted queue delay "
                     "passes this (seconds). None: no objective but the request's own deadline "
                     "(a request is shed only when the queue would make it miss). By default only "
@@ -103,29 +103,20 @@ class EdgeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EdgeConfig:
-        for fname in ("in_flight_share", "max_queue_delay_s"):
-            d = getattr(self, fname)
-            if set(d) != set(_LABELS):
-                raise ValueError(f"{fname} needs exactly the classes {list(_LABELS)}, "
-                                 f"got {sorted(d)}")
-            bad = {k: v for k, v in d.items() if v is not None and not v > 0}
-            if bad:
-                raise ValueError(f"{fname} values must be > 0, got {bad}")
-        shares = [self.in_flight_share[label] for label in _LABELS]
-        if shares != sorted(shares, reverse=True):
+        shares = self.in_flight_share
+        if set(shares) != set(_LABELS):
+            raise ValueError(f"in_flight_share needs exactly the classes {list(_LABELS)}, "
+                             f"got {sorted(shares)}")
+        bad = {k: v for k, v in shares.items() if not v > 0}
+        if bad:
+            raise ValueError(f"in_flight_share values must be > 0, got {bad}")
+        values = [shares[label] for label in _LABELS]
+        if values != sorted(values, reverse=True):
             # a less urgent class with a larger share could be let in while a more urgent one
             # is shed
             raise ValueError(f"in_flight_share must not grow from realtime to background, "
-                             f"got {self.in_flight_share}")
-        ceilings = [c for c in (self.max_queue_delay_s[label] for label in _LABELS)
-                    if c is not None]
-        if ceilings != sorted(ceilings, reverse=True):
-            # among the classes with an objective, a less urgent one may not be looser
-            raise ValueError(f"max_queue_delay_s must not grow from realtime to background "
-                             f"(among the classes that set one), got {self.max_queue_delay_s}")
-        if self.max_queue_delay_s["realtime"] is None and ceilings:
-            raise ValueError("max_queue_delay_s: a less urgent class may not have a latency "
-                             "objective while realtime has none")
+                             f"got {shares}")
+        check_objectives(self.max_queue_delay_s)
         if self.body_grace_s > self.body_timeout_s:
             raise ValueError(f"body_grace_s ({self.body_grace_s}) must not exceed "
                              f"body_timeout_s ({self.body_timeout_s})")
@@ -200,22 +191,17 @@ def decide_edge(snapshot: EdgeSnapshot, *, priority: Priority, elapsed_s: float,
     """
     delay = predicted_delay_s(snapshot, priority)
     label = priority.label
-    ceiling = config.max_queue_delay_s[label]
-    if (snapshot.total >= in_flight_cap(snapshot, label, config)
-            or (ceiling is not None and delay > ceiling)):
-        return EdgeDecision(False, f"overload:{label}", delay,
-                            retry_after_s=retry_after_s(snapshot))
-    unloaded_s = elapsed_s + snapshot.service_s + config.deadline_margin_s
-    # Shed for the deadline only when the queue is what makes it miss: a deadline too tight
-    # even for an idle backend goes on to the pipeline, whose fallback answers it, labelled.
-    # And only when it must miss: the work already ahead of it has to run first, but the more
-    # urgent work still to come may not (the stretch in ``delay`` is an expectation). A request
-    # let through that then cannot make it is refused by the device's queue at the last
-    # moment, which costs the backend nothing; one shed here that would have made it is lost.
-    if unloaded_s <= deadline_s < unloaded_s + queued_s(snapshot, priority):
-        return EdgeDecision(False, "would_miss_deadline", delay,
-                            retry_after_s=retry_after_s(snapshot))
-    return EdgeDecision(True, None, delay)
+    # the one rule (policies.admission): the edge's view is the work in flight ahead times
+    # the backend's seconds per request; the objective reads the stretched (expected) queue,
+    # the deadline only the queue the request cannot avoid
+    reason = shed_reason(
+        priority, over_cap=priority if snapshot.total >= in_flight_cap(snapshot, label, config)
+        else None, queued_s=queued_s(snapshot, priority), expected_s=delay,
+        service_s=snapshot.service_s, elapsed_s=elapsed_s, deadline_s=deadline_s,
+        objective_s=config.max_queue_delay_s[label], margin_s=config.deadline_margin_s)
+    if reason is None:
+        return EdgeDecision(True, None, delay)
+    return EdgeDecision(False, reason, delay, retry_after_s=retry_after_s(snapshot))
 
 
 def admits_at_once(*, total: int, service_s: float, priority: Priority, elapsed_s: float,

@@ -141,7 +141,9 @@ class Ingress:
         return make(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
-                                  admission=s.admission, pool_capacity=s.pool_capacity),
+                                  admission=s.admission, pool_capacity=s.pool_capacity,
+                                  objectives=s.edge.admission.max_queue_delay_s,
+                                  deadline_margin_s=s.edge.admission.deadline_margin_s),
             routes=routes,
             strategies=strategies, text_embedder=text,
             cache=self.cache, breakers=self.breakers,

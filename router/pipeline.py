@@ -34,6 +34,7 @@ from fallbacks import (
     Target,
 )
 from policies.admission import (
+    DEFAULT_OBJECTIVES,
     AdmissionConfig,
     AdmissionSnapshot,
     admission_floors,
@@ -64,6 +65,11 @@ class PipelineConfig:
     chain: ChainConfig = field(default_factory=ChainConfig)
     admission: AdmissionConfig | None = field(default_factory=AdmissionConfig)
     pool_capacity: int = 64  # requests a pool holds in flight before classes start being shed
+    # the operator's latency objectives per class and the deadline margin, the edge's
+    # (edge.admission): one admission rule, fed here by the pool's published waits
+    objectives: Mapping[str, float | None] = field(
+        default_factory=lambda: dict(DEFAULT_OBJECTIVES))
+    deadline_margin_s: float = 0.0
     # SRE client-side adaptive throttling per (model, pool): reject locally, at once and
     # labelled, once a pool accepts fewer than 1/k of a model's calls. Off (None) by default:
     # it rejects before the circuit breaker sees enough calls to open, and with little probe
@@ -137,7 +143,8 @@ class Pipeline:
         self._in_flight: dict[tuple[str, Priority], int] = {}
         self._pool_in_flight: dict[str, int] = {}  # the sum of _in_flight over classes
         self._targets: dict[tuple[str, str | None, PoolName], Target] = {}
-        self._floors = admission_floors(config.admission) if config.admission else (0.0, 0.0)
+        self._floors = (admission_floors(config.admission, config.objectives)
+                        if config.admission else (0.0, 0.0))
         self._wait_cache: dict[str, tuple[Sequence, dict[Priority, float], float]] = {}
 
     @property
@@ -285,14 +292,16 @@ class Pipeline:
             return None
         delay, longest = self._waits(pool)
         budget_s = deadline.remaining()
+        margin_s = self.config.deadline_margin_s
         if admits_at_once(self._floors, in_flight=self._pool_in_flight.get(pool, 0),
                           capacity=self.config.pool_capacity, longest_delay_s=longest,
-                          budget_s=budget_s):
+                          budget_s=budget_s, margin_s=margin_s):
             return None  # what decide_admission would say, without building its snapshot
         in_flight = {p: self._in_flight.get((pool, p), 0) for p in PRIORITIES}
         snap = AdmissionSnapshot(capacity=self.config.pool_capacity, in_flight=in_flight,
                                  queue_delay_s=delay)
-        decision = decide_admission(snap, priority=priority, budget_s=budget_s, config=config)
+        decision = decide_admission(snap, priority=priority, budget_s=budget_s, config=config,
+                                    objectives=self.config.objectives, margin_s=margin_s)
         return None if decision.admit else f"shed: {decision.reason}"
 
     def _waits(self, pool: str) -> tuple[dict[Priority, float], float]:
