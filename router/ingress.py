@@ -262,10 +262,7 @@ class Ingress:
         req = self._accept(request)
         if self._gate is None:
             return await self.pipeline.infer(req)
-        assert req.arrival_s is not None  # _accept stamps it
-        deadline_ms = req.deadline_ms or self.settings.default_deadline_ms
-        return await self._gate.run(req, elapsed_s=time.monotonic() - req.arrival_s,
-                                    deadline_s=deadline_ms / 1e3, answer=self.pipeline.infer)
+        return await self._gate.run(req, **self._budget(req), answer=self.pipeline.infer)
 
     async def answer(self, request: InferenceRequest) -> InferenceResponse:
         """One request a front end in this replica (HTTP, gRPC) has let through its gate."""
@@ -280,16 +277,18 @@ class Ingress:
         the fast then the refined answer of a fast-then-refine route; through the same
         admission as :meth:`infer`."""
         req = self._accept(request)
-        if self._gate is None:
-            answers = self.pipeline.stream(req)
-        else:
-            assert req.arrival_s is not None  # _accept stamps it
-            deadline_ms = req.deadline_ms or self.settings.default_deadline_ms
-            answers = self._gate.stream(req, elapsed_s=time.monotonic() - req.arrival_s,
-                                        deadline_s=deadline_ms / 1e3,
-                                        answers=self.pipeline.stream)
+        answers = (self.pipeline.stream(req) if self._gate is None else
+                   self._gate.stream(req, **self._budget(req), answers=self.pipeline.stream))
         async for resp in answers:
             yield resp
+
+    def _budget(self, req: InferenceRequest) -> dict[str, float]:
+        """What the gate reads of an accepted handle call: its time since arrival and its
+        whole budget (the request's deadline, else the app's default; the HTTP edge and the
+        gRPC service read the same)."""
+        assert req.arrival_s is not None  # _accept stamps it
+        deadline_ms = req.deadline_ms or self.settings.default_deadline_ms
+        return {"elapsed_s": time.monotonic() - req.arrival_s, "deadline_s": deadline_ms / 1e3}
 
     async def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pools": {}}
