@@ -255,21 +255,23 @@ class CircuitBreaker:
         self._emit(events)
 
     def _evaluate(self, now: float) -> list[StateTransition]:
-        totals = self._window.snapshot(now)
-        if totals.calls < self._min_calls:
+        # counts, not a Totals: this runs on every call's outcome (a frozen dataclass per call
+        # cost more than the rest of the check)
+        calls, failed, slow = self._window.counts(now)
+        if calls < self._min_calls:
             return []
-        over = self._over_thresholds(totals)
+        over = self._over_thresholds(calls, failed, slow)
         if self._state is BreakerState.CLOSED and over:
             return self._to(BreakerState.OPEN, now)
         if self._state is BreakerState.HALF_OPEN:
             return self._to(BreakerState.OPEN if over else BreakerState.CLOSED, now)
         return []
 
-    def _over_thresholds(self, t: Totals) -> bool:
+    def _over_thresholds(self, calls: int, failed: int, slow: int) -> bool:
         c = self.config
         return (
-            100.0 * t.failed / t.calls >= c.failure_rate_threshold
-            or 100.0 * t.slow / t.calls >= c.slow_call_rate_threshold
+            100.0 * failed / calls >= c.failure_rate_threshold
+            or 100.0 * slow / calls >= c.slow_call_rate_threshold
         )
 
     def _advance(self, now: float) -> list[StateTransition]:

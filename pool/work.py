@@ -41,7 +41,9 @@ _REFUSALS: dict[str, type[Exception]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built twice per request (the work, then its hop), 4x cheaper (docs/PERFORMANCE.md);
+# nobody changes one once built (a hop is a new one), and its inputs dict made it unhashable anyway.
+@dataclass(slots=True)
 class PoolWork:
     """One model call: the resolved model, validated inputs, class, deadline and caller.
 
@@ -119,7 +121,7 @@ def route_target_of(rid: str) -> RouteTarget:
     return RouteTarget(model, version or None, priority)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per request, as PoolWork; read, never changed
 class PoolReply:
     """A pool's answer: this request's outputs, the version that ran, and where time went.
 

@@ -244,7 +244,7 @@ class EdgeGate:
             except ServiceUnavailable as e:  # no local fallback: the shed's own 503
                 raise _overloaded(e, verdict) from None
         started = self.clock()
-        self.state.started(request.priority)
+        self.state.started(request.priority, started)
         used_backend = True  # an error: counted as before
         try:
             response = await answer(request)
@@ -267,7 +267,7 @@ class EdgeGate:
                 raise _overloaded(e, verdict) from None
             return
         started = self.clock()
-        self.state.started(request.priority)
+        self.state.started(request.priority, started)
         used_backend = True
         try:
             async for response in answers(request):
@@ -336,7 +336,7 @@ class EdgeMiddleware:
     async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes,
                        priority: Priority, arrived: float) -> None:
         started = self.clock()
-        self.state.started(priority)
+        self.state.started(priority, started)
         try:
             await self._app(scope, body, receive, send, arrived)
         finally:

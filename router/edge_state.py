@@ -33,9 +33,10 @@ class StandingBacklog:
         self._min = 0  # fewest in the current window
         self._prev_min = 0  # fewest in the window before it
 
-    def update(self, count: int) -> None:
-        """The number in flight has just changed to ``count``."""
-        self._roll(self._clock())
+    def update(self, count: int, now: float | None = None) -> None:
+        """The number in flight has just changed to ``count`` (``now``: the caller's clock
+        reading, when it has one)."""
+        self._roll(self._clock() if now is None else now)
         self._count = count
         if count < self._min:
             self._min = count
@@ -91,13 +92,15 @@ class EdgeState:
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
 
-    def started(self, priority: Priority) -> None:
+    def started(self, priority: Priority, now: float | None = None) -> None:
+        """One request admitted (``now``: the caller's clock reading, when it has one)."""
+        if now is None:
+            now = self._clock()
         if not self.total:
             self._last_done = None  # idle until now: the next gap is not a service time
         self.in_flight[priority] += 1
         self.total += 1
-        self.backlog.update(self.total)
-        now = self._clock()
+        self.backlog.update(self.total, now)
         self._rate[priority] = (self._decayed(priority, now) + 1.0 / self._tau, now)
 
     def finished(self, priority: Priority, started_s: float, *, used_backend: bool = True) -> None:
@@ -109,7 +112,7 @@ class EdgeState:
         now = self._clock()
         self.in_flight[priority] -= 1
         self.total -= 1
-        self.backlog.update(self.total)
+        self.backlog.update(self.total, now)
         if not used_backend:
             return
         sample = now - (self._last_done if self._last_done is not None else started_s)

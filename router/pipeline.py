@@ -85,6 +85,10 @@ class Recorder:
         raise NotImplementedError
 
 
+# No quotas configured: one reusable, stateless context stands in for a lease.
+_NO_QUOTA = contextlib.nullcontext()
+
+
 def choose_pool(config: ModelConfig, pools: Sequence[str]) -> PoolName:
     """Where a model runs: the GPU pool unless it is CPU-only or there is none."""
     return "gpu" if config.device in ("gpu", "any") and "gpu" in pools else "cpu"
@@ -121,6 +125,7 @@ class Pipeline:
     ) -> None:
         self.catalog = catalog
         self.pools = dict(pools)
+        self._pool_names = tuple(self.pools)  # choose_pool's view, built once
         self.config = config
         self.cache = cache
         self.quotas = quotas
@@ -158,7 +163,7 @@ class Pipeline:
             start = self._clock()
             try:  # a quota rejection (429) is recorded like any other outcome
                 quota = (await self.quotas.admit(request.caller) if self.quotas
-                         else contextlib.nullcontext())
+                         else _NO_QUOTA)
                 with quota:
                     resp = _quota_label(
                         await self._answer(request, request.model, request.version, start), quota)
@@ -178,7 +183,7 @@ class Pipeline:
         start = self._clock()
         try:  # a quota rejection (429) is recorded like any other outcome
             quota = (await self.quotas.admit(req.caller) if self.quotas
-                     else contextlib.nullcontext())
+                     else _NO_QUOTA)
             with quota:
                 if req.model in self.routes:
                     async for resp in self.route_runner.run(req, start):
@@ -214,11 +219,11 @@ class Pipeline:
             now = self._clock()
             wall = self._wall()
             work = PoolWork(model, version, valid, req.priority,
-                            deadline_at=wall + dl.remaining(),
+                            deadline_at=wall + max(0.0, dl.at - now),  # dl.remaining() at now
                             arrived_at=wall - (now - (start if req.arrival_s is None
                                                       else req.arrival_s)),
                             caller=req.caller, request_id=req.request_id, config=cfg)
-            answer = await self._run_chain(req, work, pool or choose_pool(cfg, tuple(self.pools)),
+            answer = await self._run_chain(req, work, pool or choose_pool(cfg, self._pool_names),
                                            dl)
             return answer, not answer.degraded
 

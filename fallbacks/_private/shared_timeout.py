@@ -81,13 +81,14 @@ class _Scope:
     async def __aenter__(self) -> _Scope:
         if self._state != _NEW:
             raise RuntimeError("a timeout scope is entered once")
-        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()  # read once: current_task would read it again
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("a timeout should be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
         self._state = _ENTERED
-        self._members = self._owner._join(self, asyncio.get_running_loop())
+        self._members = self._owner._join(self, loop)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

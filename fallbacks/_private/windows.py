@@ -75,6 +75,10 @@ class CountWindow:
         self._failed += failed
         self._slow += slow
 
+    def counts(self, now: float) -> tuple[int, int, int]:
+        """``(calls, failed, slow)``: the breaker's per-call check, without a ``Totals``."""
+        return self._calls, self._failed, self._slow
+
     def snapshot(self, now: float) -> Totals:
         return Totals(self._calls, self._failed, self._slow)
 
@@ -89,6 +93,11 @@ class TimeWindow:
 
     def record(self, now: float, *, failed: bool, slow: bool) -> None:
         self._buckets.add(now, 1, int(failed), int(slow))
+
+    def counts(self, now: float) -> tuple[int, int, int]:
+        """``(calls, failed, slow)``: the breaker's per-call check, without a ``Totals``."""
+        calls, failed, slow = self._buckets.totals(now)
+        return calls, failed, slow
 
     def snapshot(self, now: float) -> Totals:
         return Totals(*self._buckets.totals(now))
