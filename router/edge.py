@@ -50,7 +50,8 @@ from router.loop_load import LoopLoad
 from router.schemas import InferenceRequest, InferenceResponse
 
 __all__ = ["ADMITTED", "ARRIVAL_KEY", "USED_BACKEND_KEY", "EdgeGate", "EdgeMiddleware",
-           "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "shed_reason"]
+           "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "shed_reason",
+           "used_the_backend"]
 
 ARRIVAL_KEY = "timeshare.arrival_s"
 SHED_KEY = "timeshare.shed"
@@ -248,7 +249,7 @@ class EdgeGate:
         used_backend = True  # an error: counted as before
         try:
             response = await answer(request)
-            used_backend = response.timings.compute_ms > 0
+            used_backend = used_the_backend(response)
             return response
         finally:
             self.state.finished(request.priority, started, used_backend=used_backend)
@@ -271,10 +272,16 @@ class EdgeGate:
         used_backend = True
         try:
             async for response in answers(request):
-                used_backend = response.timings.compute_ms > 0
+                used_backend = used_the_backend(response)
                 yield response
         finally:
             self.state.finished(request.priority, started, used_backend=used_backend)
+
+
+def used_the_backend(response: InferenceResponse) -> bool:
+    """Whether the backend computed this answer (a model ran: its compute time is set), so its
+    completion is a service-time sample; a cache hit or a fallback's answer is not."""
+    return response.timings.compute_ms > 0
 
 
 def _overloaded(e: ServiceUnavailable, verdict: Verdict) -> Overloaded:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 from router.decode_memo import DecodeMemo
-from router.edge import USED_BACKEND_KEY, arrival_s, shed_reason
+from router.edge import USED_BACKEND_KEY, arrival_s, shed_reason, used_the_backend
 from router.errors import InvalidRequest, ModelNotFound, TimeshareError
 from router.frontend import Frontend
 from router.schemas import CacheControl, InferenceRequest
@@ -221,7 +221,7 @@ class InferEndpoint:
             except InvalidRequest as e:  # an unknown model is 404 whatever the body
                 raise await model_error_first(self.front, name, version, e) from None
             response = await self.front.answer(req)
-            scope[USED_BACKEND_KEY] = response.timings.compute_ms > 0
+            scope[USED_BACKEND_KEY] = used_the_backend(response)
             payload, headers = encode_infer_response(response, decoded)
             self.memo.answered(body, length, decoded, response.cache)
         except TimeshareError as e:
