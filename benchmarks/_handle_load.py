@@ -79,30 +79,47 @@ _INGRESS = {"timeshare": "Ingress", "stock": "Stock"}
 
 
 def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
-    """Closed loops at c=1 and c=16 over each app's handle (``args.model``, ``args.handle_s``)."""
+    """Closed loops at c=1 and c=16 over each app's handle (``args.model``, ``args.handle_s``).
+
+    Timeshare's arms call through its typed client (``router.client.TimeshareClient``, the
+    documented way in: concurrent calls share handle calls, ``Ingress.infer_many``);
+    ``timeshare_raw`` calls the bare handle (``ts.infer.remote``, one Ray call per request), as
+    stock's arm does. Each arm also reports the handle calls it made (``handle_calls``).
+    """
     import asyncio
 
     from ray import serve
 
+    from router.client import TimeshareClient
     from router.schemas import CacheControl, InferenceRequest
-
-    ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
-    bypass = CacheControl(skip_read=True, skip_write=True)
-    calls = {
-        "timeshare": lambda: ts.infer.remote(InferenceRequest(
-            model=args.model, inputs={in_name: x}, cache=bypass)),
-        "timeshare_hit": lambda: ts.infer.remote(InferenceRequest(
-            model=args.model, inputs={in_name: x})),
-        "stock": lambda: stock.infer.remote(x),
-    }
 
     async def all_runs() -> dict:
         # one event loop for every run: with Serve's router on the caller's loop
         # (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0, throughput-optimized mode) a handle is bound
         # to the loop it was first used on
+        ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
+        client = TimeshareClient(ts)
+        bypass = CacheControl(skip_read=True, skip_write=True)
+        calls = {
+            "timeshare": lambda: client.infer_async(args.model, {in_name: x}, cache=bypass),
+            "timeshare_hit": lambda: client.infer_async(args.model, {in_name: x}),
+            "timeshare_raw": lambda: ts.infer.remote(InferenceRequest(
+                model=args.model, inputs={in_name: x}, cache=bypass)),
+            "stock": lambda: stock.infer.remote(x),
+        }
         pids = {a: _replica_pid("stock" if a == "stock" else "timeshare") for a in calls}
-        return {a: {f"c{c}": await _closed(calls[a], c, args.handle_s, 1.0, pids[a])
-                    for c in (1, 16)} for a in calls}
+        out: dict[str, dict] = {}
+        for arm, call in calls.items():
+            out[arm] = {}
+            for c in (1, 16):
+                before = client.coalescing()
+                r = await _closed(call, c, args.handle_s, 1.0, pids[arm])
+                after = client.coalescing()
+                if arm not in ("timeshare_raw", "stock"):
+                    r["handle_calls"] = after["calls"] - before["calls"]
+                    r["requests_sent"] = after["requests"] - before["requests"]
+                out[arm][f"c{c}"] = r
+        return out
 
     return asyncio.run(all_runs())
 
@@ -115,8 +132,12 @@ def handle_ratios(handle: dict) -> dict[str, float]:
     out = {"handle_c1_p50_vs_stock": round(ts["c1"]["p50_ms"] / stock["c1"]["p50_ms"], 3),
            "handle_c16_rps_vs_stock": round(ts["c16"]["throughput_rps"]
                                             / stock["c16"]["throughput_rps"], 3)}
+    raw = handle.get("timeshare_raw")
+    if raw:  # the bare handle, one Ray call per request: not a target, the client's share
+        out["handle_raw_c16_rps_vs_stock"] = round(raw["c16"]["throughput_rps"]
+                                                   / stock["c16"]["throughput_rps"], 3)
     key = "replica_cpu_us_per_answer"
-    for arm in ("timeshare", "timeshare_hit"):
+    for arm in ("timeshare", "timeshare_hit", "timeshare_raw"):
         mine, theirs = handle.get(arm, {}).get("c16", {}).get(key), stock["c16"].get(key)
         if mine and theirs:  # the replica's CPU per answer at c=16 over stock's replica's
             out[f"handle_c16_{arm}_replica_cpu_vs_stock"] = round(mine / theirs, 3)

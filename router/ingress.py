@@ -44,6 +44,7 @@ from router.errors import (
     InvalidRequest,
     ModelNotFound,
     ServiceUnavailable,
+    TimeshareError,
 )
 from router.grpc_v2.listener import start_grpc
 from router.grpc_v2.service import InferenceService
@@ -53,7 +54,7 @@ from router.listener import LISTENER_METRIC, start_listener
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.pool_load import PoolLoads
-from router.schemas import InferenceRequest, InferenceResponse
+from router.schemas import MAX_REQUESTS_PER_CALL, InferenceRequest, InferenceResponse
 from router.settings import AppSettings
 from router.tracing import RequestTracer, TraceContextMiddleware, TracedPipeline
 from router.v2 import model_metadata, route_metadata
@@ -264,6 +265,30 @@ class Ingress:
             return await self.pipeline.infer(req)
         return await self._gate.run(req, **self._budget(req), answer=self.pipeline.infer)
 
+    async def infer_many(self, requests: list[InferenceRequest],
+                         ) -> list[InferenceResponse | TimeshareError]:
+        """Several independent inferences in one handle call (``router.client`` sends its
+        concurrent callers' requests this way). Each runs exactly as :meth:`infer` would run it
+        alone, concurrently with the others; the answers come back in order, each an
+        ``InferenceResponse`` or the typed error that request alone raised. Only a call that is
+        not a list of 1..``MAX_REQUESTS_PER_CALL`` entries raises (``InvalidRequest``,
+        ``requests``)."""
+        if not isinstance(requests, list) or not 1 <= len(requests) <= MAX_REQUESTS_PER_CALL:
+            got = f"{len(requests)} entries" if isinstance(requests, list) else \
+                type(requests).__name__
+            raise InvalidRequest(f"requests: expected a list of 1..{MAX_REQUESTS_PER_CALL} "
+                                 f"router.schemas.InferenceRequest, got {got}", field="requests")
+        outcomes = await asyncio.gather(*(self._one_of_many(i, r) for i, r in
+                                          enumerate(requests)), return_exceptions=True)
+        return [o if isinstance(o, (InferenceResponse, TimeshareError)) else _internal(o)
+                for o in outcomes]
+
+    async def _one_of_many(self, i: int, request: Any) -> InferenceResponse:
+        if not isinstance(request, InferenceRequest):
+            raise InvalidRequest(f"requests[{i}]: expected router.schemas.InferenceRequest, "
+                                 f"got {type(request).__name__}", field=f"requests[{i}]")
+        return await self.infer(request)
+
     async def answer(self, request: InferenceRequest) -> InferenceResponse:
         """One request a front end in this replica (HTTP, gRPC) has let through its gate."""
         # Traced or not is decided once, by the pipeline's class (router.tracing).
@@ -421,6 +446,13 @@ class Ingress:
         if request.arrival_s is None or request.arrival_s > now:
             request.arrival_s = now
         return request
+
+
+def _internal(e: BaseException) -> TimeshareError:
+    """An unexpected failure of one request of an ``infer_many`` call: logged here with its
+    traceback, answered to its caller alone as a ``ServiceUnavailable`` naming its type."""
+    log.error("infer_many: one request failed unexpectedly", exc_info=e)
+    return ServiceUnavailable(f"internal error: {type(e).__name__}: {e}")
 
 
 def _no_route_version(route: str, version: str | None) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "CacheControl",
     "InferenceRequest",
     "InferenceResponse",
+    "MAX_REQUESTS_PER_CALL",
     "RouteInfo",
     "Timings",
     "to_numpy",
@@ -48,6 +49,9 @@ __all__ = [
 
 
 ANONYMOUS = "anonymous"  # the caller of a request that presents no caller key
+# The most requests one ``Ingress.infer_many`` call may carry (``router.client`` coalesces up to
+# its ``max_batch`` of them): bounds what one handle call can ask of a replica at once.
+MAX_REQUESTS_PER_CALL = 256
 
 
 def to_numpy(name: str, value: Any) -> np.ndarray:

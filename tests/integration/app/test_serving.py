@@ -283,3 +283,54 @@ def test_cascade_route_reports_its_decision(http):
         assert route["route"] == "digits" and route["confidence"] is not None
         decisions.add(route["decision"])
     assert decisions == {"cheap", "escalated"}
+
+
+def test_concurrent_client_calls_share_handle_calls_and_keep_their_own_answers(app):
+    """``TimeshareClient.infer_async`` callers on one loop share calls (``Ingress.infer_many``):
+    fewer Ray calls than requests, each answer the one a lone call gets, and a bad request's
+    typed error raised to its own caller only."""
+    import asyncio
+
+    from ray import serve
+
+    from router.client import TimeshareClient
+    from router.errors import InvalidRequest
+
+    x = load_splits("digits").test_x[:24]
+
+    async def run() -> tuple[list, dict, list]:
+        client = TimeshareClient(serve.get_app_handle("timeshare"), max_in_flight=1)
+        alone = [await client.infer_async("digits-small", {"pixels": x[i:i + 1]},
+                                          deadline_ms=60000) for i in range(3)]
+        calls = [client.infer_async("digits-small", {"pixels": x[i:i + 1]}, deadline_ms=60000,
+                                    cache={"skip_read": True})
+                 for i in range(len(x))]
+        calls.insert(7, client.infer_async("digits-small", {"pixels": np.zeros((1, 3))}))
+        out = await asyncio.gather(*calls, return_exceptions=True)
+        return out, client.coalescing(), alone
+
+    out, counts, alone = asyncio.run(run())
+    bad = out.pop(7)
+    assert isinstance(bad, InvalidRequest) and bad.field == "inputs.pixels", bad
+    assert all(not isinstance(r, BaseException) for r in out), out
+    assert counts["requests"] == 3 + len(x) + 1 and counts["calls"] < counts["requests"] - 10
+    for i, r in enumerate(out):
+        assert r.degraded is False and ":digits-small@" in r.served_by, r
+        assert r.outputs["logits"].shape == (1, 10)
+        if i < 3:
+            np.testing.assert_allclose(r.outputs["logits"], alone[i].outputs["logits"],
+                                       atol=1e-5)
+
+
+def test_infer_many_refuses_what_is_not_a_bounded_list(app):
+    from router.errors import InvalidRequest
+    from router.schemas import MAX_REQUESTS_PER_CALL, InferenceRequest
+
+    for bad in ([], "x", [InferenceRequest(model="digits-small",
+                                           inputs={"pixels": np.zeros((1, 64))})]
+                * (MAX_REQUESTS_PER_CALL + 1)):
+        with pytest.raises(InvalidRequest) as e:
+            app.handle.infer_many.remote(bad).result()
+        assert e.value.field == "requests"
+    one = app.handle.infer_many.remote([{"model": "digits-small"}]).result()
+    assert isinstance(one[0], InvalidRequest) and one[0].field == "requests[0]"
