@@ -58,6 +58,7 @@ from pool._private.loads import BackgroundLoads
 from pool._private.queue import ModelQueue, Pending, QueueState, fail, shown_row_s
 from pool._private.reporting import worker_counters, worker_status
 from pool._private.residency import Residency
+from pool._private.tick import Arrival, TickGather
 from pool.class_window import ClassWindow
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
@@ -130,6 +131,7 @@ class DeviceWorker:
         self.queues = QueueState(max_queue, device.label, classes=self.classes)
         self._closed = False
         self._pumping = False
+        self._gather = TickGather() if self.batches.inline_s else None  # CPU inline only
         self._timer: asyncio.TimerHandle | None = None
         self._current: str | None = None
         self.pace = Pace()  # how far behind its estimates this device runs (triage, stats)
@@ -225,8 +227,19 @@ class DeviceWorker:
         fut = asyncio.get_running_loop().create_future()
         now = self._clock()
         p = self.queues.submit(entry, inputs, priority, deadline, now, fut)
-        if self.executor.in_flight == 0 and self._launch_alone(p, entry):
-            return await fut  # decided and launched (or refused) without a snapshot
+        if self.executor.in_flight == 0:
+            gather = self._gather
+            if gather is not None:  # an inline device: wait for this tick's company?
+                how = gather.arrive()
+                if how is Arrival.GATHER:
+                    asyncio.get_running_loop().call_soon(self._tick_in, p, entry)
+                    return await fut
+                if how is Arrival.JOIN:
+                    return await fut
+                if how is Arrival.NOW_WATCH:
+                    asyncio.get_running_loop().call_soon(gather.tick_over)
+            if self._launch_alone(p, entry):
+                return await fut  # decided and launched (or refused) without a snapshot
         if not self.executor.has_any_room():
             if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
                                                 backlog_s=self._backlog_s(),
@@ -239,6 +252,17 @@ class DeviceWorker:
         else:
             self._pump()
         return await fut
+
+    def _tick_in(self, first: Pending, entry: ModelQueue) -> None:
+        """The deferred launch (``pool._private.tick``): ``first`` alone takes the arrival's
+        short path; several requests of this tick go through the pump, as one batch."""
+        queued = sum(len(e.queue) for e in self.queues.active.values())
+        assert self._gather is not None
+        self._gather.gathered(queued)
+        if queued == 1 and entry.queue and entry.queue[0] is first \
+                and self._launch_alone(first, entry):
+            return
+        self._pump()
 
     def _triage_now(self) -> None:
         expired, _ = self.policy.triage(self.snapshot())

@@ -156,3 +156,42 @@ def test_negative_inline_ms_is_rejected():
     with pytest.raises(ValueError, match="inline_ms must be >= 0, got -1"):
         DeviceSpec(kind="cpu", memory_budget_bytes=1024, inline_ms=-1)
 
+
+
+async def test_requests_arriving_in_one_tick_share_one_inline_forward(probe_worker):
+    """Concurrent arrivals at an idle inline device wait for their loop tick and run as one
+    batch (pool._private.tick); each still gets its own rows back."""
+    import asyncio
+
+    w, probe = await probe_worker(inline_ms=50.0)
+    x = torch.randn(1, 16)
+    for _ in range(INLINE_AFTER_RUNS + 3):  # measured on the device thread first
+        await w.infer(KEY, {"x": x})
+    probe.seen.clear()
+    rows = [torch.randn(1, 16) for _ in range(8)]
+    out = await asyncio.gather(*(w.infer(KEY, {"x": r}) for r in rows))
+    assert len(probe.seen) == 1 and _on_device_thread(probe.seen) == [False], probe.seen
+    for r, o in zip(rows, out, strict=True):
+        torch.testing.assert_close(o.outputs["y"], probe.lin(r).detach())
+
+
+async def test_a_lone_caller_stops_paying_for_the_tick_and_concurrency_resumes_it(
+        probe_worker):
+    import asyncio
+
+    from pool._private.tick import LONE_TICKS
+
+    w, probe = await probe_worker(inline_ms=50.0)
+    x = torch.randn(1, 16)
+    for _ in range(INLINE_AFTER_RUNS + LONE_TICKS + 2):  # one caller: one request a tick
+        await w.infer(KEY, {"x": x})
+        await asyncio.sleep(0)  # its next request comes in a later tick (over a network)
+    gather = w._gather
+    assert gather is not None and gather.lone >= LONE_TICKS
+    probe.seen.clear()
+    await asyncio.gather(*(w.infer(KEY, {"x": x}) for _ in range(5)))
+    assert len(probe.seen) == 2  # the first ran at once; the rest of its tick shared one
+    assert gather.lone == 0
+    probe.seen.clear()
+    await asyncio.gather(*(w.infer(KEY, {"x": x}) for _ in range(5)))
+    assert len(probe.seen) == 1
