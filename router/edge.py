@@ -50,8 +50,8 @@ from router.loop_load import LoopLoad
 from router.schemas import InferenceRequest, InferenceResponse
 
 __all__ = ["ADMITTED", "ARRIVAL_KEY", "USED_BACKEND_KEY", "EdgeGate", "EdgeMiddleware",
-           "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "shed_reason",
-           "used_the_backend"]
+           "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "outside",
+           "shed_reason", "used_the_backend"]
 
 ARRIVAL_KEY = "timeshare.arrival_s"
 SHED_KEY = "timeshare.shed"
@@ -312,7 +312,9 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self.settings.enabled:  # today's behaviour: the deadline starts in the pipeline
+        if not self.settings.enabled or ARRIVAL_KEY in scope:
+            # off: the deadline starts in the pipeline; stamped: an outer edge (the listener's,
+            # ``outside``) has already admitted this request, and must not count it twice
             await self.app(scope, receive, send)
             return
         arrived = self.clock()
@@ -473,6 +475,19 @@ def mount_edge(app: Any, *, settings: EdgeSettings, max_body_bytes: int,
     app.add_middleware(EdgeMiddleware, settings=settings, max_body_bytes=max_body_bytes,
                        default_deadline_ms=default_deadline_ms, infer=infer, gate=gate)
     return app
+
+
+def outside(app: Any) -> Any:
+    """The edge ``mount_edge`` put in ``app``'s middleware, again in front of the whole app: a
+    plain infer request is answered without passing Starlette's and FastAPI's middleware layers
+    (the error handler, the body limit, the telemetry; the infer handler keeps its own error
+    shape), and anything else reaches ``app`` stamped, so its inner edge lets it through. The
+    same settings, infer handler and gate: one admission. The listener serves this; Serve's
+    ingress keeps ``app`` (it reads its routes)."""
+    for m in app.user_middleware:
+        if m.cls is EdgeMiddleware:
+            return EdgeMiddleware(app, *m.args, **m.kwargs)
+    raise ValueError("outside: mount_edge was not applied to this app")
 
 
 def _decimal(text: str | None) -> int | None:

@@ -39,7 +39,7 @@ from router.cache import ResultCache
 from router.cache._private.metrics import register_error_rate_metric
 from router.calllog import build_call_log
 from router.catalog import ModelCatalog
-from router.edge import EdgeGate, mount_edge
+from router.edge import EdgeGate, mount_edge, outside
 from router.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -116,9 +116,12 @@ class Ingress:
                                max_body_bytes=s.max_body_bytes,
                                default_deadline_ms=s.default_deadline_ms,
                                infer=self._infer_endpoint, gate=self._gate)
+        # the listener's app: the same edge, in front of FastAPI's layers (router.edge.outside)
+        listener_app = outside(self._app)
         if self.telemetry.tracing:  # a caller's traceparent is the request's parent
             self._app.add_middleware(TraceContextMiddleware)
-        self._listener = await start_listener(self._app, s.listener)  # #13: Serve's hop skipped
+            listener_app = TraceContextMiddleware(listener_app)
+        self._listener = await start_listener(listener_app, s.listener)  # #13: Serve's hop skipped
         self._grpc = await start_grpc(  # #39: the Open Inference Protocol over gRPC
             InferenceService(self, gate=self._gate, default_deadline_ms=s.default_deadline_ms,
                              deadline_margin_ms=s.grpc.deadline_margin_ms,

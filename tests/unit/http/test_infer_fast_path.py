@@ -96,3 +96,47 @@ async def test_direct_endpoint_answers_as_the_fastapi_route(ingress):
             await c.aclose()
     assert CountingEndpoint.calls == len(CASES)
     assert {200, 400, 404} <= statuses, statuses  # good and bad requests both compared
+
+
+async def test_the_edge_in_front_of_fastapi_answers_the_same_and_admits_once(ingress):
+    """``router.edge.outside`` (the listener's app): the same answers as the app it wraps, each
+    infer request admitted by one edge only, and other routes passed through to FastAPI."""
+    from router.edge import EdgeGate, outside
+
+    s = ingress.settings
+    gate = EdgeGate(s.edge)
+    admitted = []
+    started = gate.state.started
+    gate.state.started = lambda p, now=None: (admitted.append(p), started(p, now))[1]
+    inner = mount_edge(build_http_app(ingress), settings=s.edge, max_body_bytes=s.max_body_bytes,
+                       default_deadline_ms=s.default_deadline_ms,
+                       infer=InferEndpoint(ingress), gate=gate)
+    outer = outside(inner)
+    assert outer.gate is gate
+    clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=a), base_url="http://ts")
+               for a in (inner, outer)]
+    try:
+        for path, body in CASES:
+            kw = {"content": body} if isinstance(body, bytes) else {"json": body}
+            before = len(admitted)
+            a = await clients[0].post(path, **kw)
+            mid = len(admitted)
+            b = await clients[1].post(path, **kw)
+            assert _strip(a) == _strip(b), (path, a.text[:300], b.text[:300])
+            assert len(admitted) - mid == mid - before, path  # the outer edge alone admitted
+        # infer_stream is admitted by the edge, then answered by FastAPI's route: through the
+        # outer edge it passes the inner one stamped, not admitted a second time
+        before = len(admitted)
+        a = await clients[0].post("/v2/models/digits-small/infer_stream", json=doc())
+        mid = len(admitted)
+        b = await clients[1].post("/v2/models/digits-small/infer_stream", json=doc())
+        assert a.status_code == b.status_code == 200 and mid - before == 1
+        assert len(admitted) - mid == 1
+        r = await clients[1].get("/v2/health/ready")
+        assert r.status_code == 200 and r.headers.get("content-type", "").startswith(
+            "application/json")
+    finally:
+        for c in clients:
+            await c.aclose()
+    with pytest.raises(ValueError, match="mount_edge"):
+        outside(build_http_app(ingress))
