@@ -1,10 +1,28 @@
-"""When a CPU pool runs a chunk on its event loop instead of its device thread. Pure functions:
-the pool's chunk runner (``pool._private.chunk``) asks them; ``DeviceSpec.inline_ms`` and
-``inline_bounded_only`` say what the settings mean."""
+"""When a CPU pool runs a chunk on its event loop instead of its device thread (pure functions:
+the pool's chunk runner, ``pool._private.chunk``, asks them; ``DeviceSpec.inline_ms`` and
+``inline_bounded_only`` say what the settings mean), and whether an arrival at such an idle
+device waits for the rest of its event-loop tick (``TickGather``, kept by the worker).
+
+Waiting for the tick. A small model on the CPU runs inline, on the event loop, the moment it arrives
+(``BatchBuilder.runs_inline``): with nothing in flight there is never a queue, so 16 concurrent
+callers cost 16 forward passes and 16 launches. But concurrent callers' requests arrive in
+bunches: one ``select()`` wakes several sockets (or one ``Ingress.infer_many`` call carries
+several requests), and their tasks all run in the loop's next iteration. Deferring the launch
+by one ``call_soon`` lets every request of that iteration join the queue first, so the pump
+launches them as one batch: one forward, one launch, one completion.
+
+The deferral costs a lone caller a loop iteration and a task switch (about 10 us in
+``benchmarks.ingress_asgi --concurrency 1``). So the device gathers only while it pays: after
+``LONE_TICKS`` gathered ticks in a row that found one request each, arrivals launch at once
+again, and each such tick is watched (one ``call_soon``, no task switch) for a second arrival;
+the first tick that has one turns gathering back on, from that arrival on.
+"""
 
 from __future__ import annotations
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "is_stall"]
+import enum
+
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "LONE_TICKS", "Arrival", "TickGather", "is_stall"]
 
 INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
 INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
@@ -30,3 +48,54 @@ def is_stall(took_s: float, inline_cpu_s: float | None, inline_s: float, *,
     if not inline_s or took_s <= limit:
         return False
     return not bounded_only or (inline_cpu_s or 0.0) > limit
+
+LONE_TICKS = 8
+
+
+class Arrival(enum.Enum):
+    GATHER = "gather"  # wait for the tick; the caller schedules its end (``gathered``)
+    JOIN = "join"  # wait for the tick already scheduled
+    NOW = "now"  # launch at once
+    NOW_WATCH = "now_watch"  # launch at once; the caller schedules ``tick_over`` for this tick
+
+
+class TickGather:
+    """The deferral's state (see the module's docstring): ``arrive()`` for each arrival at an
+    idle device; ``gathered(n)`` when a gathered tick ends, with the requests it found queued;
+    ``tick_over()`` when a watched tick ends."""
+
+    __slots__ = ("lone", "pending", "seen", "watching")
+
+    def __init__(self) -> None:
+        self.pending = False  # a gathered tick's launch is scheduled
+        self.lone = 0  # gathered ticks in a row that found a single request
+        self.watching = False  # a watched tick's end is scheduled
+        self.seen = 0  # arrivals in the watched tick
+
+    def arrive(self) -> Arrival:
+        if self.pending:
+            return Arrival.JOIN
+        if self.lone < LONE_TICKS:
+            self.pending = True
+            return Arrival.GATHER
+        self.seen += 1
+        if self.seen >= 2:  # company in one tick: gather again, from this arrival on
+            self.lone = 0
+            self.pending = True
+            return Arrival.GATHER
+        if self.watching:
+            return Arrival.NOW
+        self.watching = True
+        return Arrival.NOW_WATCH
+
+    def gathered(self, n: int) -> None:
+        """``n``: the requests queued when the tick ran (0: a pump already launched them)."""
+        self.pending = False
+        if n == 1:
+            self.lone += 1
+        elif n > 1:
+            self.lone = 0
+
+    def tick_over(self) -> None:
+        self.watching = False
+        self.seen = 0

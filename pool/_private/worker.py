@@ -37,6 +37,7 @@ from torch import nn
 from policies.device_queue import SchedulerSnapshot
 from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
+from policies.inline import Arrival, TickGather
 from policies.priority import Priority
 from policies.scheduling import (
     ScheduleDecision,
@@ -58,7 +59,6 @@ from pool._private.loads import BackgroundLoads
 from pool._private.queue import ModelQueue, Pending, QueueState, fail, shown_row_s
 from pool._private.reporting import worker_counters, worker_status
 from pool._private.residency import Residency
-from pool._private.tick import Arrival, TickGather
 from pool.class_window import ClassWindow
 from pool.config import ModelConfig
 from pool.device import DeviceSpec
@@ -254,7 +254,7 @@ class DeviceWorker:
         return await fut
 
     def _tick_in(self, first: Pending, entry: ModelQueue) -> None:
-        """The deferred launch (``pool._private.tick``): ``first`` alone takes the arrival's
+        """The deferred launch (``policies.inline``): ``first`` alone takes the arrival's
         short path; several requests of this tick go through the pump, as one batch."""
         queued = sum(len(e.queue) for e in self.queues.active.values())
         assert self._gather is not None

@@ -160,7 +160,7 @@ def test_negative_inline_ms_is_rejected():
 
 async def test_requests_arriving_in_one_tick_share_one_inline_forward(probe_worker):
     """Concurrent arrivals at an idle inline device wait for their loop tick and run as one
-    batch (pool._private.tick); each still gets its own rows back."""
+    batch (policies.inline); each still gets its own rows back."""
     import asyncio
 
     w, probe = await probe_worker(inline_ms=50.0)
@@ -179,7 +179,7 @@ async def test_a_lone_caller_stops_paying_for_the_tick_and_concurrency_resumes_i
         probe_worker):
     import asyncio
 
-    from pool._private.tick import LONE_TICKS
+    from policies.inline import LONE_TICKS
 
     w, probe = await probe_worker(inline_ms=50.0)
     x = torch.randn(1, 16)

@@ -1,7 +1,7 @@
-"""The rule of pool._private.tick: gather while ticks find company, launch at once after a run
+"""The rule of policies.inline: gather while ticks find company, launch at once after a run
 of lone ticks, and gather again from the first watched tick with two arrivals."""
 
-from pool._private.tick import LONE_TICKS, Arrival, TickGather
+from policies.inline import LONE_TICKS, Arrival, TickGather
 
 
 def _lone_ticks(g: TickGather, n: int) -> None:
