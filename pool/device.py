@@ -19,7 +19,8 @@ class DeviceSpec:
     and back costs ~0.5 ms on a busy 2-core host, more than a small model's forward pass, and
     under load it cost 40 % of background throughput. A model runs inline only after
     ``INLINE_AFTER_RUNS`` measured runs on the device thread, and never again once a chunk of it
-    took 10x ``inline_ms`` (a hang blocks the loop at most once).
+    took 10x ``inline_ms`` (a hang blocks the loop at most once). Requests that arrive at such
+    an idle device in one event-loop tick run as one batch (``policies.inline.TickGather``).
     ``inline_bounded_only``: inline only models whose forward pass is proven bounded by its input
     shapes (``pool._private.bounded``: a TorchScript or exported graph without loops, Python
     calls or values read as sizes, or an ONNX graph by ``pool._private.bounded_onnx``'s rules),
