@@ -4,8 +4,9 @@ costs per request, apart from any server (evidence for docs/PERFORMANCE.md, not 
     python -m benchmarks.ingress_asgi --json out.json [--seconds 5] [--concurrency 16] [--profile]
 
 Builds the real ``router.ingress.Ingress`` (its own ``__init__``, as ``benchmarks._overload_server``
-does: in-process CPU pool on its device thread, edge on) over ``digits-small`` and calls its ASGI
-app directly from ``--concurrency`` tasks on one uvloop loop, cache bypassed and then as a cache
+does: in-process CPU pool on its device thread, edge on) over ``digits-small`` and calls the ASGI
+app its listener serves (``router.edge.outside``: the edge in front of FastAPI's layers)
+directly from ``--concurrency`` tasks on one uvloop loop, cache bypassed and then as a cache
 hit. Reports requests/s and CPU µs per request (wall time over requests, one loop); with
 ``--profile`` the top cProfile entries by self time (profiling roughly doubles every figure).
 Runs under ``make serve``'s thread settings (``deploy.ray_env.THREAD_ENV``, e.g.
@@ -98,10 +99,12 @@ async def _arm(app, body: bytes, args: argparse.Namespace) -> dict[str, Any]:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks._overload_server import _build
     from benchmarks.http_throughput import _body, _repository
+    from router.edge import outside
 
     root = Path(tempfile.mkdtemp(prefix="timeshare-asgi-"))
     repo, _, _ = _repository(root, "digits-small")
-    app = await _build(str(repo), str(root / "state"), edge=True, deadline_ms=1000)
+    # what the listener serves (router.ingress): the edge in front of FastAPI's layers
+    app = outside(await _build(str(repo), str(root / "state"), edge=True, deadline_ms=1000))
     # What a Serve replica does once its constructor returns (RAY_SERVE_FREEZE_GC_ON_STARTUP,
     # on by default in Ray 2.60): collect, then keep start-up objects out of every later scan.
     gc.collect()
