@@ -96,6 +96,9 @@ class SchedulingPolicy(ABC):
 
     # ``choose_model``'s reason when only one model has work (the lone-request decisions)
     alone_reason: str = "best"
+    # May work of a more urgent class take the place of a batch launched and not yet started
+    # (a device that keeps the next batch at hand)? Only where classes order the work.
+    displaces_waiting: bool = False
 
     @abstractmethod
     def chunk_rows(self, rows: int, cls: Priority, *, row_cost_s: float, chunk_size: int) -> int:
@@ -278,6 +281,7 @@ class PrioritySchedulingPolicy(SchedulingPolicy):
     """
 
     name = "priority"
+    displaces_waiting = True
 
     def __init__(
         self,

@@ -6,9 +6,11 @@ on the event loop when the device is done with it (``loop.call_soon_threadsafe``
 back onto the loop). ``has_room(priority)`` bounds the batches in flight.
 
 - :class:`ThreadExecutor` (the CPU stand-in): one thread stands in for the device and runs one
-  batch at a time (a swap-in's copy, then the forward pass). One batch in flight: the
-  scheduler decides again as each completes, which is the host-side preemption the stand-in
-  needs (chunks, ``policies.scheduling``).
+  batch at a time (a swap-in's copy, then the forward pass). Two batches in flight: the one
+  running and the next, which the thread starts the moment the first is done, without a turn
+  of the loop in between. A launch more urgent than the batch waiting takes its place, and the
+  worker queues that batch's rows again: a realtime arrival still waits for the running batch
+  only, the host-side preemption the stand-in needs (chunks, ``policies.scheduling``).
 - :class:`~pool._private.cuda_executor.CudaExecutor`: a launcher thread enqueues each batch on
   its class's stream and a waiter per stream answers it when its event completes; several
   batches per stream are in flight, and the GPU's stream priorities do the preemption.
@@ -23,11 +25,11 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
 
+from common.fallback_types import RequestExpired
 from policies.priority import Priority
 from pool._private.chunk import Batch, run_on_cpu
 from pool._private.residency import Residency
@@ -51,20 +53,37 @@ class DeviceExecutor(ABC):
         """Whether a batch of this class may be launched now."""
 
     def has_any_room(self) -> bool:
-        """Whether a batch of some class may be launched now (skips a decision when not)."""
+        """Whether a batch of any class may be launched now (skips a decision when not;
+        ``has_room`` of the most urgent class may still say yes)."""
         return any(self.has_room(p) for p in Priority)
 
-    def launch(self, b: Batch) -> None:
-        """Hand ``b`` to the device and return at once (event loop thread)."""
+    def launched_s(self, priority: Priority) -> float:
+        """Estimated device seconds launched and not yet started that a new batch of
+        ``priority`` would wait behind (0 where the device orders its own work: CUDA)."""
+        return 0.0
+
+    def busy_until(self) -> float:
+        """When (on the worker's clock) the batch running now should be done, by its
+        decision's estimate: the earliest a batch launched now can start (0: unknown, or
+        nothing running; CUDA streams overlap their work)."""
+        return 0.0
+
+    def launch(self, b: Batch) -> Batch | None:
+        """Hand ``b`` to the device and return at once (event loop thread). Returns a batch
+        launched before and not started that ``b`` displaced (``has_room`` said so: it is less
+        urgent), which is never run nor answered: the caller queues its rows again."""
         b.loop = asyncio.get_running_loop()  # the completion comes back to the launching loop
         self.in_flight += 1
         self.launched += 1
-        self._submit(b)
+        displaced = self._submit(b)
+        if displaced is not None:
+            self.in_flight -= 1
+        return displaced
 
     @abstractmethod
-    def _submit(self, b: Batch) -> None:
+    def _submit(self, b: Batch) -> Batch | None:
         """Start ``b``; call :meth:`_complete_threadsafe` (or :meth:`_complete` on the loop)
-        when the device is done with it."""
+        when the device is done with it. Returns the batch it displaced, if any."""
 
     @abstractmethod
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -177,27 +196,98 @@ async def call_in(thread: JobThread, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class ThreadExecutor(DeviceExecutor):
-    """The CPU stand-in: one thread is the device, one batch at a time."""
+    """The CPU stand-in: one thread is the device, one batch at a time, the next one waiting.
+
+    With one batch in flight the device idled while its completion went back to the loop and
+    the loop decided the next: about 1 ms per batch behind a loop busy with 150 requests/s from
+    Ray Serve's proxy, 5 % of a 20 ms model's capacity (``docs/PERFORMANCE.md``, "The device
+    waited for the loop"). Now the next batch waits on the device side and the thread runs
+    straight into it. A launch more urgent than the waiting batch displaces it (``launch``
+    returns it; the worker queues its rows again, where the scheduler decides on them afresh
+    and expires what can no longer make it), so a waiting batch never waits behind more than
+    the running one, and an urgent arrival never waits behind the waiting one. A batch whose
+    every caller is gone by the time it would start (answered, cancelled, past its deadline)
+    is not run, nor is one that can no longer finish in time.
+    """
+
+    DEPTH = 2  # batches in flight: the running one and the next
 
     def __init__(self, device: DeviceSpec, tiers: Residency,
                  on_done: Callable[[Batch], None]) -> None:
         super().__init__(on_done)
         self._tiers = tiers
+        self._clock = tiers.clock
+        self._busy_until = 0.0  # written by the thread as it starts and ends each batch
         self._thread = JobThread(f"timeshare-{device.label}",
                                  device.threads or torch.get_num_threads())
+        self._waiting: list[Batch] = []  # launched, not started: the thread takes the first
+        self._lock = threading.Lock()
 
     def has_room(self, priority: Priority) -> bool:
-        return self.in_flight == 0
+        if self.in_flight < self.DEPTH:
+            return True
+        waiting = self._waiting  # (the thread only ever takes from it: a stale read is a no)
+        return self.in_flight == self.DEPTH and bool(waiting) \
+            and priority < waiting[-1].priority
 
     def has_any_room(self) -> bool:
-        return self.in_flight == 0
+        # the free slots only: displacing is for work more urgent than the batch waiting
+        # (``DeviceWorker`` asks ``has_room`` of the most urgent class queued)
+        return self.in_flight < self.DEPTH
 
-    def _submit(self, b: Batch) -> None:
-        self._thread.put(partial(self._run, b))
+    def launched_s(self, priority: Priority) -> float:
+        # what waits runs ahead of any class it would not yield to (each batch at its model's
+        # cost per row now, as the queue's estimates count it)
+        return sum(b.rows * b.entry.ewma_row_s for b in list(self._waiting)
+                   if b.priority <= priority)
+
+    def _submit(self, b: Batch) -> Batch | None:
+        displaced = None
+        with self._lock:
+            waiting = self._waiting
+            if self.in_flight > self.DEPTH and waiting and b.priority < waiting[-1].priority:
+                displaced = waiting.pop()  # the least urgent, launched last
+            # most urgent first, in launch order within a class (a list of one or two)
+            at = next((i for i, w in enumerate(waiting) if b.priority < w.priority),
+                      len(waiting))
+            waiting.insert(at, b)
+        if displaced is None:
+            self._thread.put(self._run_next)  # one pull per batch that stays
+        return displaced
+
+    def busy_until(self) -> float:
+        return self._busy_until
+
+    def _run_next(self) -> None:
+        with self._lock:
+            b = self._waiting.pop(0)
+        self._busy_until = self._clock() + b.work_s
+        try:
+            self._run(b)
+        finally:
+            self._busy_until = 0.0
+        self._complete_threadsafe(b)
 
     def _run(self, b: Batch) -> None:
-        run_on_cpu(b, self._tiers)
-        self._complete_threadsafe(b)
+        if self._hopeless(b):
+            # no caller can use it any more: not run (the worker fails its requests with this,
+            # and a swap-in it carried is aborted)
+            b.error = RequestExpired(f"{b.name}: the batch could no longer finish within its "
+                                     f"deadlines when its turn came")
+        else:
+            run_on_cpu(b, self._tiers)
+
+    def _hopeless(self, b: Batch) -> bool:
+        """Every request of ``b`` is answered or cancelled, or its deadline comes before the
+        batch would finish (``work_s``: the decision's estimate, 0 where it had none). The
+        worker decided on ``b`` before the batch ahead of it was done; this is its check at the
+        moment it would start. (The futures' state is read from the device thread: a stale read
+        only runs the batch.)"""
+        done_at = self._clock() + b.work_s
+        for p, _, _ in b.parts:
+            if not p.future.done() and (p.deadline is None or done_at < p.deadline):
+                return False
+        return True
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await call_in(self._thread, fn, *args)

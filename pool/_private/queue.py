@@ -247,14 +247,27 @@ class QueueState:
             entry.queue = keep
         return dropped
 
+    def most_urgent(self) -> Priority | None:
+        """The most urgent class with rows still to launch (None: nothing waits)."""
+        best: Priority | None = None
+        for _, e in self._busy():
+            for p in e.queue:
+                if p.launched < p.rows and (best is None or p.priority < best):
+                    if p.priority == Priority.REALTIME:
+                        return p.priority
+                    best = p.priority
+        return best
+
     def queued_classes(self) -> dict[str, Priority]:
         """The most urgent queued class of each model with work (eviction rights)."""
         return {str(k): min(p.priority for p in e.queue) for k, e in self._busy()}
 
     def has_started(self, name: str) -> bool:
-        """A request of ``name`` has run a chunk and is not finished (preempted if left)."""
+        """A request of ``name`` has rows on the device and rows still to launch (preempted
+        if left; one whose rows are all launched is not, though its batch is still running)."""
         entry = self.entry(name)
-        return bool(entry and any(p.launched > 0 and not p.future.done() for p in entry.queue))
+        return bool(entry and any(0 < p.launched < p.rows and not p.future.done()
+                                  for p in entry.queue))
 
     def fail_all(self, error: BaseException) -> None:
         for entry in self.models.values():

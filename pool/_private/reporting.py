@@ -25,6 +25,7 @@ class ReportedWorker(Protocol):
     preemptions: int
     preempted_by: list[int]
     expired: int
+    requeued: int
     chunks: int
     inline_chunks: int
 
@@ -78,6 +79,8 @@ def worker_status(w: ReportedWorker) -> dict[str, Any]:
         # per class, recent: requests/s, queue wait, compute and swap-in (ms), refusals
         "classes": w.classes.snapshot(),
         "expired": w.expired,
+        # batches launched, then given back before they started, for more urgent work
+        "requeued": w.requeued,
         "chunks": w.chunks,
         "inline_chunks": w.inline_chunks,
         "not_inline": {str(k): e.inline_refused for k, e in w.queues.models.items()

@@ -100,6 +100,7 @@ class Residency:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.device = device
+        self.clock = clock  # the worker's: request deadlines and recency are read on it
         self._cuda = device.kind == "cuda"
         self.memory = MemoryManager(
             memory or memory_for(device), reserve_bytes=device.reserve_bytes, policy=eviction,

@@ -29,12 +29,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from policies.device_queue import SchedulerSnapshot
+from common.fallback_types import RequestExpired
+from policies.device_queue import ModelView, SchedulerSnapshot
 from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
 from policies.inline import Arrival, TickGather
@@ -146,6 +147,7 @@ class DeviceWorker:
         self.preempted_by = [0, 0, 0, 0]  # preemptions by the class that took the device
         self.incarnation = uuid.uuid4().hex[:12]  # tells a restarted replica's counters apart
         self.expired = 0
+        self.requeued = 0  # batches given back by the executor before they started
         self.chunks = 0  # batches completed
         self.inline_chunks = 0
 
@@ -240,7 +242,8 @@ class DeviceWorker:
                     asyncio.get_running_loop().call_soon(gather.tick_over)
             if self._launch_alone(p, entry):
                 return await fut  # decided and launched (or refused) without a snapshot
-        if not self.executor.has_any_room():
+        if not (self.executor.has_any_room()
+                or self.policy.displaces_waiting and self.executor.has_room(priority)):
             if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
                                                 backlog_s=self._backlog_s(),
                                                 pace=self.pace.factor):
@@ -280,7 +283,7 @@ class DeviceWorker:
         return RoutingStats(
             device=self.device.label,
             resident=frozenset(mem.resident_keys()),
-            queue_delay_s=queue_delay_by_class(models, pace=snap.pace),
+            queue_delay_s=self._queue_delay_s(models, snap.pace),
             queue_depth=(depth[0], depth[1], depth[2], depth[3]),
             memory_free_bytes=mem.free_bytes,
             memory_total_bytes=mem.capacity_bytes,
@@ -289,6 +292,16 @@ class DeviceWorker:
             swaps=self.tiers.stats.swaps,
             row_cost_s={m.key: m.row_cost_s for m in models if m.row_cost_s > 0},
         )
+
+    def _queue_delay_s(self, models: Sequence[ModelView], pace: float
+                       ) -> tuple[float, float, float, float]:
+        """Each class's estimated wait: its queue's, then the batches launched ahead of it."""
+        rt, it, bt, bg = queue_delay_by_class(models, pace=pace)
+        if self.executor.in_flight < 2:  # (nothing launched can be waiting)
+            return rt, it, bt, bg
+        ahead = self.executor.launched_s
+        return (rt + ahead(Priority.REALTIME) * pace, it + ahead(Priority.INTERACTIVE) * pace,
+                bt + ahead(Priority.BATCH) * pace, bg + ahead(Priority.BACKGROUND) * pace)
 
     @property
     def policy_name(self) -> str:
@@ -322,21 +335,37 @@ class DeviceWorker:
 
     def _backlog_s(self) -> float:
         return self.queues.backlog_s(resident=self.tiers.is_resident,
-                                     swap_cost_s=self._loads.swap_cost_s, stale=self._stale)
+                                     swap_cost_s=self._loads.swap_cost_s, stale=self._stale) \
+            + self.executor.launched_s(Priority.BACKGROUND)
 
     def snapshot(self) -> SchedulerSnapshot:
-        """The queues as the scheduling policy sees them (see ``QueueState.model_views``)."""
+        """The queues as the scheduling policy sees them (see ``QueueState.model_views``), at
+        the moment a batch launched now would start: after the one running, where the
+        executor keeps the next at hand (so a request that would miss its deadline by then is
+        expired now, not launched to be skipped)."""
         models = self.queues.model_views(resident=self.tiers.is_resident,
                                          swap_cost_s=self._loads.swap_cost_s, stale=self._stale,
                                          loading=self._loading)
         return SchedulerSnapshot(
-            self._clock(), models, self._current, self._slice_start,
+            max(self._clock(), self.executor.busy_until()), models, self._current,
+            self._slice_start,
             self.device.slice_ms / 1e3, self.device.chunk_size, self.pace.factor,
         )
 
     def schedule(self) -> ScheduleDecision:
         """Step 1: the policy's decision over a fresh snapshot."""
         return self.policy.decide(self.snapshot())
+
+    def _has_room(self) -> bool:
+        """Room for a decision: for any class, or for the most urgent one queued where the
+        policy lets it displace a less urgent batch waiting at the device (``ThreadExecutor``)."""
+        ex = self.executor
+        if ex.has_any_room():
+            return True
+        if not self.policy.displaces_waiting:
+            return False
+        urgent = self.queues.most_urgent()
+        return urgent is not None and ex.has_room(urgent)
 
     def _pump(self) -> None:
         """Decide and launch while the executor has room (steps 1 and 2). Re-entrant calls
@@ -346,7 +375,7 @@ class DeviceWorker:
         self._pumping = True
         try:
             for _ in range(_PUMP_STEPS):
-                if not self.executor.has_any_room():
+                if not self._has_room():
                     return
                 decision = self.schedule()
                 self.expired += self.queues.expire(decision.expired)
@@ -469,12 +498,29 @@ class DeviceWorker:
         b = self.batches.build(name, entry, parts, d.priority, swap, d.work_s, now,
                                alone=self.executor.in_flight == 0)
         tiers.memory.start_running(name)
-        if self.batches.inline_s and self.batches.runs_inline(b):  # (0: the call skipped)
+        # (inline_s 0: the call skipped; never beside a batch on the device thread)
+        if self.batches.inline_s and b.alone and self.batches.runs_inline(b):
             self.batches.run_inline(b)
             self._completed(b)
             return True
-        self.executor.launch(b)
+        displaced = self.executor.launch(b)
+        if displaced is not None:
+            self._requeue(displaced)
         return False
+
+    def _requeue(self, b: Batch) -> None:
+        """``b`` was launched and never started: the executor gave it back to make room for
+        more urgent work. Its rows are queued again (its requests keep their place)."""
+        self.tiers.memory.stop_running(b.name)
+        if b.swap is not None:
+            self.tiers.abort(b.swap)  # reserved, never copied
+        running = self._running
+        for p, _, n in b.parts:
+            p.launched -= n  # (its rows were the last launched: the next take starts there)
+            if p.launched == 0:
+                running.discard(p.id)
+                p.first_start = None
+        self.requeued += 1
 
     # -- update -----------------------------------------------------------------------------
     def _completed(self, b: Batch) -> None:
@@ -491,6 +537,8 @@ class DeviceWorker:
         if b.error is not None:
             if b.swap is not None:
                 self.tiers.abort(b.swap)  # the weights may be half-copied: never run them
+            if isinstance(b.error, RequestExpired):  # not run: it waited past its deadlines
+                self.expired += sum(1 for p, _, _ in b.parts if not p.future.done())
             for p, _, _ in b.parts:
                 fail(p, b.error)
             b.entry.queue = [p for p in b.entry.queue if not p.future.done()]
