@@ -10,9 +10,10 @@
 * ``{"mode": "closed", "port": P, "path": ..., "concurrency": C, "seconds": S, "body": {...}}``:
   ``C`` workers back to back, for the capacity.
 
-Each answer is ``[class, latency_s, status, degraded, shed_label, edge_s]``; status 0 = no answer
-within ``timeout_s`` (or a connection error); ``edge_s``: the server's ``Server-Timing: edge``
-(arrival at the edge to response start), None when absent.
+Each answer is ``[class, latency_s, status, degraded, shed_label, edge_s, reason]``; status 0 =
+no answer within ``timeout_s`` (or a connection error); ``edge_s``: the server's ``Server-Timing:
+edge`` (arrival at the edge to response start), None when absent; ``reason``: a degraded answer's
+``reason`` label (its first 60 characters), else None.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import sys
 import time
 from typing import Any
@@ -94,10 +96,18 @@ class Client:
             w.close()
 
 
+_REASON = re.compile(rb'"reason":\s*"([^"]{0,60})')
+
+
 def _labels(status: int, body: bytes) -> tuple[bool, bool]:
     degraded = is_degraded(body)
     shed = status in (429, 503) or (degraded and b"shed" in body)
     return degraded, shed
+
+
+def _reason(body: bytes) -> str | None:
+    m = _REASON.search(body) if is_degraded(body) else None
+    return m.group(1).decode("utf-8", "replace") if m else None
 
 
 async def run_open(job: dict[str, Any]) -> list[list[Any]]:
@@ -116,7 +126,8 @@ async def run_open(job: dict[str, Any]) -> list[list[Any]]:
 
     async def one(at: float, cls: str) -> None:
         status, body, edge = await client.post(raws[cls])
-        out.append([cls, time.monotonic() - at, status, *_labels(status, body), edge])
+        out.append([cls, time.monotonic() - at, status, *_labels(status, body), edge,
+                    _reason(body)])
 
     start = time.monotonic() + 0.1
     tasks = []

@@ -47,11 +47,13 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
 def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
                 capacity: float, run_level: Callable[[int, float, int], dict[str, Any]],
                 edge_overrides: dict[str, Any] | None = None,
-                ray_env: dict[str, str] | None = None, direct: bool = False) -> dict[str, Any]:
+                ray_env: dict[str, str] | None = None, direct: bool = False,
+                listener: bool = False) -> dict[str, Any]:
     """``run_level(port, rate, multiple)`` runs one open-loop level and returns its summary.
     ``ray_env``: Ray Serve settings for this Ray instance (set before it starts, restored
     after); ``direct``: the client talks to the ingress replica's own port (direct ingress)
-    instead of Serve's proxy."""
+    instead of Serve's proxy; ``listener``: to Timeshare's own listener in the ingress replica
+    (``router.listener``, what ``deploy/config.yaml`` serves)."""
     import os
 
     import ray
@@ -60,9 +62,11 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
     from common.trust import TrustSettings
     from router.app import build_from_settings
     from router.edge import EdgeSettings
+    from router.listener import ListenerSettings
     from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
 
     port = _port()
+    listener_port = _port() if listener else None
     saved = {k: os.environ.get(k) for k in (ray_env or {})}
     os.environ.update(ray_env or {})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -73,6 +77,7 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
             call_log=CallLogSettings(path=str(state_dir / "calllog.jsonl")),
             edge=EdgeSettings(**(edge_overrides or {})),
+            listener=ListenerSettings(port=listener_port),
             # as the uvicorn server does: the chaos factory its device-bound model names
             trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
@@ -80,10 +85,13 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             from benchmarks._serve_net import replica_port
 
             port = replica_port("timeshare")
+        elif listener_port is not None:
+            port = listener_port
         _wait_ready(f"http://127.0.0.1:{port}")
         edge = settings.edge
+        path = "direct ingress" if direct else "listener" if listener else "proxy"
         return {
-            "ray_env": dict(ray_env or {}), "path": "direct ingress" if direct else "proxy",
+            "ray_env": dict(ray_env or {}), "path": path,
             "ingress_max_ongoing_requests": edge.ingress_max_ongoing_requests,
             "ingress_max_queued_requests": edge.ingress_max_queued_requests,
             "levels": {f"{m}x": run_level(port, m * capacity, m) for m in levels}}
