@@ -23,8 +23,9 @@ send time.
 Targets (issue 38), at every level (1x, 2x, 3x, 5x), for the ``edge`` arm and the ``proxy`` and
 ``listener`` Ray arms (``meets_targets`` needs all three): goodput (200, not degraded, within the
 deadline) >= 95 % of the capacity; realtime p99 (served answers) <= its p99 at 1x + 50 ms and <=
-the deadline; every shed answer (429/503, or labelled ``shed``) within 50 ms; shed share batch
->= interactive >= realtime; sent = answered. Each level also counts, per class, the answers
+the deadline; every shed answer (429/503, or labelled ``shed``) within 50 ms; refused share
+(shed, or refused unrun by the device's triage: ``RequestExpired``) batch >= interactive >=
+realtime; sent = answered. Each level also counts, per class, the answers
 served late and the degraded answers by their ``reason``.
 """
 
@@ -71,6 +72,17 @@ def _p(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)) * 1e3, 1) if values else None
 
 
+_EXPIRED = "error: RequestExpired"
+
+
+def _refused(a: list[Any]) -> bool:
+    """Refused unrun: shed (the edge or the pipeline), or refused by the device's triage before
+    it ran (``RequestExpired``, answered at once by its labelled fallback). The one admission
+    model decides at all three places: a request the edge lets through on its deadline and the
+    device then refuses was refused by the same rule, one step later."""
+    return bool(a[4]) or (bool(a[3]) and len(a) > 6 and a[6] == _EXPIRED)
+
+
 def _reasons(answers: Any) -> dict[str, int]:
     """How many degraded (not shed) answers gave each ``reason`` label."""
     out: dict[str, int] = {}
@@ -93,6 +105,7 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
             "sent": len(mine), "served": len(served),
             "shed": sum(1 for a in mine if a[4]),
             "shed_share": round(sum(1 for a in mine if a[4]) / max(len(mine), 1), 3),
+            "refused_share": round(sum(1 for a in mine if _refused(a)) / max(len(mine), 1), 3),
             "late_or_degraded": sum(1 for a in mine if not a[4] and not (
                 a[2] == 200 and not a[3] and a[1] <= deadline_s)),
             "late": sum(1 for a in mine if a[2] == 200 and not a[3] and a[1] > deadline_s),
@@ -151,9 +164,9 @@ def targets(arm: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
             "realtime_p99_within_1x_plus_50ms": rt is not None and rt <= rt1 + RT_SLACK_S * 1e3,
             "realtime_p99_within_deadline": rt is not None and rt <= deadline_ms,
             "shed_answered_within_50ms": lv["shed"] == 0 or lv["shed_max_ms"] <= SHED_MAX_S * 1e3,
-            "shed_order_batch_interactive_realtime": (
-                c["batch"]["shed_share"] >= c["interactive"]["shed_share"]
-                >= c["realtime"]["shed_share"]),
+            "refused_order_batch_interactive_realtime": (
+                c["batch"]["refused_share"] >= c["interactive"]["refused_share"]
+                >= c["realtime"]["refused_share"]),
             "sent_eq_answered": lv["sent"] == lv["answered"],
         }
         out[name] = {**checks, "all": all(checks.values())}
