@@ -25,9 +25,9 @@ from fallbacks import (
     BreakerRegistry,
     CallerQuotas,
     ChainConfig,
+    ChainResult,
     ChainRunner,
     Deadline,
-    ModelAnswer,
     PoolName,
     PoolThrottles,
     QuotaLease,
@@ -45,7 +45,7 @@ from policies.priority import PRIORITIES, Priority
 from policies.routing import RouteStrategy
 from pool.config import ModelConfig
 from pool.work import PoolWork
-from router.cache import CachedAnswer, CacheOutcome, Embedder, ResultCache
+from router.cache import Answer, CacheOutcome, Embedder, ResultCache
 from router.catalog import ModelCatalog, config_of
 from router.pool_client import PoolClient, PoolExecutor, RoutedRequest
 from router.pool_load import least_wait_s
@@ -92,16 +92,6 @@ _NO_QUOTA = contextlib.nullcontext()
 def choose_pool(config: ModelConfig, pools: Sequence[str]) -> PoolName:
     """Where a model runs: the GPU pool unless it is CPU-only or there is none."""
     return "gpu" if config.device in ("gpu", "any") and "gpu" in pools else "cpu"
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer(CachedAnswer):
-    """A computed answer: what the cache stores plus labels that must reach every sharer."""
-
-    degraded: bool = False
-    reason: str | None = None
-    reply: ModelAnswer | None = None  # the model call's reply (its timings), None for rules
-    pool: str | None = None
 
 
 class Pipeline:
@@ -208,7 +198,7 @@ class Pipeline:
         entry, version = await self.catalog.resolve(model, version)
         cfg = config_of(entry)
 
-        async def compute() -> tuple[_Answer, bool]:
+        async def compute() -> tuple[ChainResult, bool]:
             # Only a miss validates and builds the work: a hit's inputs were validated when
             # its answer was computed (the key holds the model, version and the inputs' bytes).
             valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
@@ -228,7 +218,7 @@ class Pipeline:
             return answer, not answer.degraded
 
         if self.cache is None:
-            answer: CachedAnswer = (await compute())[0]
+            answer: Answer = (await compute())[0]
             outcome = CacheOutcome("off")
         else:
             # Keyed on the inputs as sent (dtype included: [1, 2] as int and as float differ),
@@ -253,7 +243,7 @@ class Pipeline:
         )
 
     async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: PoolName,
-                         deadline: Deadline) -> _Answer:
+                         deadline: Deadline) -> ChainResult:
         assert work.config is not None
         shed = req.shed_reason or self._admission(pool, req.priority, deadline)
         freq = RoutedRequest(model=work.model, inputs=work.inputs, version=work.version,
@@ -274,10 +264,10 @@ class Pipeline:
         if reply is not None and not res.degraded:  # a model answered: its pool's timings
             self.route_runner.observe(work.model, reply.compute_ms / 1e3)
         rows = next(iter(work.inputs.values())).shape[0]
-        return _Answer(outputs=_broadcast(res.outputs, rows, work.config),
-                       served_by=res.served_by,
-                       version=res.version, degraded=res.degraded, reason=res.reason,
-                       reply=reply, pool=res.pool)
+        # the chain's own result is the answer the cache and its sharers see (labels, reply
+        # and pool included): only its outputs are put in the request's rows and dtypes
+        res.outputs = _broadcast(res.outputs, rows, work.config)
+        return res
 
     def _target(self, model: str, version: str | None, pool: PoolName) -> Target:
         """The primary call's target, built once per (model, version, pool): bounded by the

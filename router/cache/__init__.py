@@ -12,9 +12,10 @@ The pipeline makes one call per request::
 
 from router.cache.embedder import Embedder, MiniLMEmbedder, SharedEmbedder
 from router.cache.facade import Compute, ResultCache
-from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings, CacheTier
+from router.cache.types import Answer, CachedAnswer, CacheOutcome, CacheSettings, CacheTier
 
 __all__ = [
+    "Answer",
     "CacheOutcome",
     "CacheSettings",
     "CacheTier",

@@ -35,14 +35,14 @@ from router.cache._private.semantic import SemanticLookup, SemanticTier
 from router.cache._private.single_flight import SingleFlight
 from router.cache._private.verified import Verifier, VerifierStatus, same_answer
 from router.cache.embedder import Embedder
-from router.cache.types import CachedAnswer, CacheOutcome, CacheSettings
+from router.cache.types import Answer, CachedAnswer, CacheOutcome, CacheSettings, answer_nbytes
 from router.schemas import CacheControl
 
 __all__ = ["Compute", "ResultCache"]
 
 log = logging.getLogger(__name__)
 
-Compute = Callable[[], Awaitable[tuple[CachedAnswer, bool]]]
+Compute = Callable[[], Awaitable[tuple[Answer, bool]]]
 """Runs the model: returns the answer and whether it may be cached (degraded answers may not)."""
 
 _OFF = CacheOutcome("off")
@@ -64,7 +64,7 @@ class _Request:
     control: CacheControl
 
 
-def _frozen(answer: CachedAnswer) -> CachedAnswer:
+def _frozen(answer: Answer) -> CachedAnswer:
     """A private read-only copy, so neither the caller nor later readers can change the entry."""
     outputs: dict[str, np.ndarray] = {}
     for name, value in answer.outputs.items():
@@ -122,7 +122,7 @@ class ResultCache:
                      window=settings.verify_window, rng=rng)
             if settings.verify_max_error_rate is not None else None
         )
-        self._flights: SingleFlight[tuple[CachedAnswer, CacheOutcome]] = SingleFlight()
+        self._flights: SingleFlight[tuple[Answer, CacheOutcome]] = SingleFlight()
         self._counters = CacheCounters()
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -138,7 +138,7 @@ class ResultCache:
         policy: CacheConfig,
         control: CacheControl,
         compute: Compute,
-    ) -> tuple[CachedAnswer, CacheOutcome]:
+    ) -> tuple[Answer, CacheOutcome]:
         """Answer from the cache, or run ``compute`` once (shared by identical concurrent calls)
         and fill the cache. ``skip_read`` computes without looking (outcome ``off``) but still
         writes unless ``skip_write``; ``mode: none`` neither reads nor writes."""
@@ -175,7 +175,7 @@ class ResultCache:
 
     async def _lookup_or_compute(
         self, req: _Request, compute: Compute
-    ) -> tuple[CachedAnswer, CacheOutcome]:
+    ) -> tuple[Answer, CacheOutcome]:
         key, text, policy = req.key, req.text, req.policy
         bypassed = False
         if self._redis is not None:
@@ -230,7 +230,7 @@ class ResultCache:
         return res
 
     def _serve_semantic(self, req: _Request, res: SemanticLookup,
-                        compute: Compute) -> tuple[CachedAnswer, CacheOutcome] | None:
+                        compute: Compute) -> tuple[Answer, CacheOutcome] | None:
         """The hit to return, or None when verified mode decides to compute instead."""
         assert res.answer is not None and res.similarity is not None
         hit = (res.answer, CacheOutcome("semantic", similarity=res.similarity))
@@ -256,7 +256,7 @@ class ResultCache:
         if cacheable:  # a degraded fresh answer proves nothing
             self._verified(res, fresh, served=True)
 
-    def _verified(self, res: SemanticLookup, fresh: CachedAnswer, *, served: bool) -> None:
+    def _verified(self, res: SemanticLookup, fresh: Answer, *, served: bool) -> None:
         assert self._verifier is not None and res.entry is not None
         assert res.answer is not None and res.similarity is not None
         ok = same_answer(res.answer, fresh)
@@ -277,13 +277,13 @@ class ResultCache:
         return answer
 
     async def _fill(
-        self, req: _Request, answer: CachedAnswer, cacheable: bool, vec: np.ndarray | None
+        self, req: _Request, answer: Answer, cacheable: bool, vec: np.ndarray | None
     ) -> None:
         key, model, version, text, policy = req.key, req.model, req.version, req.text, req.policy
         if not cacheable:
             self._counters.inc("skip.uncacheable")
             return
-        nbytes = answer.nbytes
+        nbytes = answer_nbytes(answer)
         if nbytes > policy.max_value_bytes:
             self._counters.inc("skip.too_large")
             return

@@ -4,14 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["CacheOutcome", "CacheSettings", "CacheTier", "CachedAnswer"]
+__all__ = ["Answer", "CacheOutcome", "CacheSettings", "CacheTier", "CachedAnswer", "answer_nbytes"]
 
 CacheTier = Literal["memory", "redis", "semantic", "miss", "bypass", "off"]
+
+
+class Answer(Protocol):
+    """What the cache needs of a computed answer: its outputs and who produced them. The
+    pipeline hands it the fallback chain's own result (``fallbacks.ChainResult``), whose
+    labels (degraded, reason, the model's timings) then reach every caller sharing the
+    computation; the cache stores a read-only :class:`CachedAnswer` copy."""
+
+    @property
+    def outputs(self) -> Mapping[str, np.ndarray]: ...
+
+    @property
+    def served_by(self) -> str: ...
+
+    @property
+    def version(self) -> str | None: ...
+
+
+def answer_nbytes(answer: Answer) -> int:
+    """Bytes of the output tensors (what ``max_value_bytes`` bounds)."""
+    return sum(int(np.asarray(a).nbytes) for a in answer.outputs.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +49,7 @@ class CachedAnswer:
     @property
     def nbytes(self) -> int:
         """Bytes of the output tensors (what ``max_value_bytes`` bounds)."""
-        return sum(int(np.asarray(a).nbytes) for a in self.outputs.values())
+        return answer_nbytes(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,12 @@ from policies.verified_cache import (
     decide,
     global_threshold,
 )
-from router.cache.types import CachedAnswer
+from router.cache.types import Answer
 
 __all__ = ["Verifier", "VerifierStatus", "same_answer"]
 
 
-def same_answer(a: CachedAnswer, b: CachedAnswer, *, rtol: float = 1e-3,
+def same_answer(a: Answer, b: Answer, *, rtol: float = 1e-3,
                 atol: float = 1e-5) -> bool:
     """Whether a fresh answer confirms a cached one: same outputs, values within tolerance."""
     if set(a.outputs) != set(b.outputs):
