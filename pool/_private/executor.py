@@ -62,6 +62,12 @@ class DeviceExecutor(ABC):
         ``priority`` would wait behind (0 where the device orders its own work: CUDA)."""
         return 0.0
 
+    def launched_depth(self) -> tuple[int, int, int, int]:
+        """Requests per class (index = ``Priority`` value) in batches launched and not yet
+        started, whose callers still wait and whose rows are all launched (none where the
+        device orders its own work)."""
+        return (0, 0, 0, 0)
+
     def busy_until(self) -> float:
         """When (on the worker's clock) the batch running now should be done, by its
         decision's estimate: the earliest a batch launched now can start (0: unknown, or
@@ -240,6 +246,15 @@ class ThreadExecutor(DeviceExecutor):
         # cost per row now, as the queue's estimates count it)
         return sum(b.rows * b.entry.ewma_row_s for b in list(self._waiting)
                    if b.priority <= priority)
+
+    def launched_depth(self) -> tuple[int, int, int, int]:
+        depth = [0, 0, 0, 0]
+        for b in list(self._waiting):
+            for p, _, _ in b.parts:
+                # (one with rows still to launch is counted with the worker's queue)
+                if p.launched >= p.rows and not p.future.done():
+                    depth[p.priority] += 1
+        return depth[0], depth[1], depth[2], depth[3]
 
     def _submit(self, b: Batch) -> Batch | None:
         displaced = None

@@ -275,7 +275,7 @@ class DeviceWorker:
         """Load view for the request router and spill: the same estimate the scheduler uses."""
         snap = self.snapshot()
         models = snap.models
-        depth = [0, 0, 0, 0]
+        depth = list(self.executor.launched_depth())  # waiting at the device, then queued
         for m in models:
             for r in m.requests:
                 depth[r.priority] += 1

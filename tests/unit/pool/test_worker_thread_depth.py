@@ -80,7 +80,8 @@ async def test_more_urgent_work_displaces_the_waiting_batch_which_is_queued_agai
     await _until(lambda: ex.in_flight == 1)
     waiting = _call(worker, 2, Priority.BATCH)
     await _until(lambda: ex.in_flight == 2)  # launched behind the running one
-    assert worker.routing_stats().queue_delay_s[Priority.BATCH] > 0  # the batch waiting there
+    stats = worker.routing_stats()  # the batch waiting there counts as queued
+    assert stats.queue_delay_s[Priority.BATCH] > 0 and stats.queue_depth[Priority.BATCH] == 1
     assert worker.routing_stats().queue_delay_s[Priority.REALTIME] == 0  # it would yield
     interactive = _call(worker, 3, Priority.INTERACTIVE)
     await _until(lambda: worker.requeued == 1)  # took the batch's place; that one is queued
@@ -101,6 +102,7 @@ async def test_a_waiting_batch_whose_deadline_passed_is_not_run(gated):
     late = asyncio.create_task(worker.infer(KEY, {"x": torch.full((1, 1), 2.0)},
                                             deadline=time.monotonic() + 0.05))
     await _until(lambda: worker.executor.in_flight == 2)
+    assert worker.routing_stats().queue_depth[Priority.INTERACTIVE] == 1
     await asyncio.sleep(0.1)  # its deadline passes while the first one runs
     model.gate.set()
     await first
@@ -108,6 +110,7 @@ async def test_a_waiting_batch_whose_deadline_passed_is_not_run(gated):
         await late
     assert model.order == [1]  # never run
     assert worker.expired == 1
+    assert worker.routing_stats().queue_depth == (0, 0, 0, 0)
 
 
 async def test_a_completion_runs_straight_into_the_next_batch_while_the_loop_is_busy(gated):
