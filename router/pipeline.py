@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -92,6 +93,9 @@ _NO_QUOTA = contextlib.nullcontext()
 def choose_pool(config: ModelConfig, pools: Sequence[str]) -> PoolName:
     """Where a model runs: the GPU pool unless it is CPU-only or there is none."""
     return "gpu" if config.device in ("gpu", "any") and "gpu" in pools else "cpu"
+
+
+_NOT_CACHED = CacheOutcome("off")
 
 
 class Pipeline:
@@ -194,38 +198,36 @@ class Pipeline:
     async def _answer(self, req: InferenceRequest, model: str, version: str | None, start: float,
                       *, pool: PoolName | None = None, deadline: Deadline | None = None,
                       inputs: dict[str, np.ndarray] | None = None) -> InferenceResponse:
-        """One model's answer; ``inputs`` when the caller already validated them for it."""
+        """One model's answer, in three steps: the cache's lookup, on a miss the fallback
+        chain (the model, then its fallbacks), then the cache's store. ``inputs`` when the
+        caller already validated them for this model."""
         entry, version = await self.catalog.resolve(model, version)
         cfg = config_of(entry)
-
-        async def compute() -> tuple[ChainResult, bool]:
-            # Only a miss validates and builds the work: a hit's inputs were validated when
-            # its answer was computed (the key holds the model, version and the inputs' bytes).
-            valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
-            dl = deadline or Deadline.for_request(
-                request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
-                app_default_ms=self.config.default_deadline_ms, clock=self._clock,
-                arrival_s=req.arrival_s)
-            now = self._clock()
-            wall = self._wall()
-            work = PoolWork(model, version, valid, req.priority,
-                            deadline_at=wall + max(0.0, dl.at - now),  # dl.remaining() at now
-                            arrived_at=wall - (now - (start if req.arrival_s is None
-                                                      else req.arrival_s)),
-                            caller=req.caller, request_id=req.request_id, config=cfg)
-            answer = await self._run_chain(req, work, pool or choose_pool(cfg, self._pool_names),
-                                           dl)
-            return answer, not answer.degraded
-
-        if self.cache is None:
-            answer: Answer = (await compute())[0]
-            outcome = CacheOutcome("off")
+        cache = self.cache
+        answer: Answer
+        if cache is None:
+            answer = await self._compute(req, model, version, cfg, start, pool, deadline, inputs)
+            outcome = _NOT_CACHED
         else:
             # Keyed on the inputs as sent (dtype included: [1, 2] as int and as float differ),
             # computed on the validated, cast ones.
-            answer, outcome = await self.cache.get_or_compute(
-                model=model, version=version, inputs=req.inputs, text=req.text, policy=cfg.cache,
-                control=req.cache, compute=compute)
+            found = await cache.lookup(model=model, version=version, inputs=req.inputs,
+                                       text=req.text, policy=cfg.cache, control=req.cache)
+            outcome = found.outcome
+            if found.answer is None:  # a miss: computed once for every caller of the key
+                try:
+                    computed = await self._compute(req, model, version, cfg, start, pool,
+                                                   deadline, inputs)
+                except BaseException as e:
+                    cache.release(found, e)
+                    raise
+                await cache.store(found, computed, not computed.degraded)
+                answer = computed
+            else:
+                answer = found.answer
+                if found.verify is not None:  # a semantic hit sampled for a check
+                    cache.verify_in_background(found, partial(
+                        self._recompute, req, model, version, cfg, start, pool))
         t = getattr(answer, "reply", None)  # a hit's answer has none: no pool timings
         total_ms = (self._clock() - start) * 1e3
         # Validated constructors, not ``model_construct``: pydantic-core validates these few
@@ -241,6 +243,36 @@ class Pipeline:
             pool=getattr(answer, "pool", None), route=None,
             final=True, caller=req.caller, caller_verified=req.caller_verified,
         )
+
+    async def _compute(self, req: InferenceRequest, model: str, version: str,
+                       cfg: ModelConfig, start: float, pool: PoolName | None,
+                       deadline: Deadline | None, inputs: dict[str, np.ndarray] | None
+                       ) -> ChainResult:
+        """A miss: validate the inputs and build the work (a hit skips both: its inputs were
+        validated when its answer was computed, and the key holds the model, version and the
+        inputs' bytes), then run the chain."""
+        valid = inputs if inputs is not None else validate_inputs(cfg, req.inputs)
+        dl = deadline or Deadline.for_request(
+            request_ms=req.deadline_ms, model_ms=cfg.deadline_ms,
+            app_default_ms=self.config.default_deadline_ms, clock=self._clock,
+            arrival_s=req.arrival_s)
+        now = self._clock()
+        wall = self._wall()
+        work = PoolWork(model, version, valid, req.priority,
+                        deadline_at=wall + max(0.0, dl.at - now),  # dl.remaining() at now
+                        arrived_at=wall - (now - (start if req.arrival_s is None
+                                                  else req.arrival_s)),
+                        caller=req.caller, request_id=req.request_id, config=cfg)
+        return await self._run_chain(req, work, pool or choose_pool(cfg, self._pool_names), dl)
+
+    async def _recompute(self, req: InferenceRequest, model: str, version: str,
+                         cfg: ModelConfig, start: float, pool: PoolName | None
+                         ) -> tuple[ChainResult, bool]:
+        """Verified mode's check of a served semantic hit, in the background: the model's own
+        answer (within the request's deadline, as the request's own computation would be), and
+        whether it may stand as evidence (a degraded one proves nothing)."""
+        res = await self._compute(req, model, version, cfg, start, pool, None, None)
+        return res, not res.degraded
 
     async def _run_chain(self, req: InferenceRequest, work: PoolWork, pool: PoolName,
                          deadline: Deadline) -> ChainResult:

@@ -32,13 +32,13 @@ from router.cache._private.memory import MemoryLRU
 from router.cache._private.metrics import CacheCounters
 from router.cache._private.redis_tier import BYPASS, RedisTier
 from router.cache._private.semantic import SemanticLookup, SemanticTier
-from router.cache._private.single_flight import SingleFlight
+from router.cache._private.single_flight import Flights
 from router.cache._private.verified import Verifier, VerifierStatus, same_answer
 from router.cache.embedder import Embedder
 from router.cache.types import Answer, CachedAnswer, CacheOutcome, CacheSettings, answer_nbytes
 from router.schemas import CacheControl
 
-__all__ = ["Compute", "ResultCache"]
+__all__ = ["CacheLookup", "Compute", "ResultCache"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,27 @@ class _Request:
     text: str | None
     policy: CacheConfig
     control: CacheControl
+
+
+@dataclass(slots=True)
+class CacheLookup:
+    """One request's lookup (:meth:`ResultCache.lookup`): ``answer`` is the cache's (a hit,
+    or the answer another caller computed for the same key: ``outcome.shared``), or None: a
+    miss the caller computes and hands back (:meth:`ResultCache.store`). ``outcome`` says where
+    the answer came from. ``verify``: a semantic hit that verified mode samples for a check in
+    the background (:meth:`ResultCache.verify_in_background`). The rest is the cache's own
+    state for ``store``."""
+
+    answer: Answer | None
+    outcome: CacheOutcome
+    verify: SemanticLookup | None = None
+    _req: _Request | None = None
+    _candidate: SemanticLookup | None = None
+    _vec: np.ndarray | None = None
+    _flight: str | None = None
+
+
+_UNCACHED = CacheLookup(None, _OFF)  # not looked up, nothing to store: shared, never changed
 
 
 def _frozen(answer: Answer) -> CachedAnswer:
@@ -122,11 +143,87 @@ class ResultCache:
                      window=settings.verify_window, rng=rng)
             if settings.verify_max_error_rate is not None else None
         )
-        self._flights: SingleFlight[tuple[Answer, CacheOutcome]] = SingleFlight()
+        self._flights: Flights[tuple[Answer, CacheOutcome]] = Flights()
         self._counters = CacheCounters()
         self._pending: set[asyncio.Task[None]] = set()
 
-    # -- the pipeline's call -------------------------------------------------------------------
+    # -- the pipeline's steps: lookup, then (on a miss) store or release -------------------------
+
+    async def lookup(self, *, model: str, version: str, inputs: Mapping[str, np.ndarray],
+                     text: str | None, policy: CacheConfig, control: CacheControl
+                     ) -> CacheLookup:
+        """The cache's answer, or a miss the caller computes and then hands to :meth:`store`
+        (or, when computing fails, to :meth:`release`). Identical concurrent misses share one
+        lookup of the shared tiers and one computation: the first caller computes, the others
+        wait here for its answer (a caller that goes away lets the next one compute).
+        ``skip_read`` looks nothing up (outcome ``off``) but still stores unless
+        ``skip_write``; ``mode: none`` neither reads nor writes."""
+        if policy.mode == "none":
+            self._counters.inc("off")
+            return _UNCACHED
+        if control.skip_read and control.skip_write:  # no key needed: nothing read or written
+            self._counters.inc("skip_read")
+            return _UNCACHED
+        key = cache_key(self._settings.key_prefix, model, version, inputs)
+        req = _Request(key, model, version, text, policy, control)
+        if control.skip_read:
+            self._counters.inc("skip_read")
+            return CacheLookup(None, _OFF, _req=req)
+        hit = self._memory.get(key)
+        if hit is not None:
+            self._counters.inc("memory.hit")
+            return CacheLookup(hit, _MEMORY)
+        self._counters.inc("memory.miss")
+        flight = key if not control.skip_write else key + "|no-write"
+        leads, shared = await self._flights.join(flight)
+        if not leads:
+            assert shared is not None
+            self._counters.inc("single_flight.shared")
+            return CacheLookup(shared[0], replace(shared[1], shared=True))
+        try:
+            found = await self._lookup_shared_tiers(req)
+        except BaseException as e:
+            self._flights.fail(flight, e)
+            raise
+        if found.answer is not None:
+            self._flights.settle(flight, (found.answer, found.outcome))
+            return found
+        self._counters.inc("compute")
+        found._flight = flight
+        return found
+
+    async def store(self, lookup: CacheLookup, answer: Answer, cacheable: bool) -> None:
+        """The answer computed after ``lookup`` missed: written to every tier that applies
+        (unless it is degraded: ``cacheable`` False), compared with a verified-mode candidate
+        that was not served, and handed to the callers that waited for it."""
+        req = lookup._req
+        if req is None:  # nothing to write (mode none, or neither read nor written)
+            return
+        try:
+            candidate = lookup._candidate
+            if candidate is not None and cacheable:
+                self._verified(candidate, answer, served=False)
+            if not req.control.skip_write:
+                await self._fill(req, answer, cacheable, lookup._vec)
+        except BaseException as e:
+            self.release(lookup, e)
+            raise
+        if lookup._flight is not None:
+            self._flights.settle(lookup._flight, (answer, lookup.outcome))
+
+    def release(self, lookup: CacheLookup, error: BaseException) -> None:
+        """Computing after ``lookup`` failed with ``error``: the callers that waited for it get
+        the error too (a cancellation lets the next of them compute instead)."""
+        if lookup._flight is not None:
+            self._flights.fail(lookup._flight, error)
+
+    def verify_in_background(self, lookup: CacheLookup, compute: Compute) -> None:
+        """Verified mode: ``lookup`` served a semantic hit whose check the policy sampled
+        (``lookup.verify``); run ``compute`` off the request's path and record whether its
+        answer confirms the hit (bounded by ``max_pending_writes``, else counted)."""
+        if lookup.verify is not None:
+            self._spawn(self._verify_in_background(lookup.verify, compute),
+                        "semantic.verify.dropped")
 
     async def get_or_compute(
         self,
@@ -139,72 +236,48 @@ class ResultCache:
         control: CacheControl,
         compute: Compute,
     ) -> tuple[Answer, CacheOutcome]:
-        """Answer from the cache, or run ``compute`` once (shared by identical concurrent calls)
-        and fill the cache. ``skip_read`` computes without looking (outcome ``off``) but still
-        writes unless ``skip_write``; ``mode: none`` neither reads nor writes."""
-        if policy.mode == "none":
-            self._counters.inc("off")
-            answer, _ = await compute()
-            return answer, _OFF
-        if control.skip_read and control.skip_write:  # no key needed: nothing read or written
-            self._counters.inc("skip_read")
-            answer, _ = await compute()
-            return answer, _OFF
-        key = cache_key(self._settings.key_prefix, model, version, inputs)
-        req = _Request(key, model, version, text, policy, control)
-        if control.skip_read:
-            self._counters.inc("skip_read")
+        """:meth:`lookup`, then on a miss ``compute`` and :meth:`store` (for callers that hold
+        their computation as a callable; the pipeline takes the steps itself)."""
+        found = await self.lookup(model=model, version=version, inputs=inputs, text=text,
+                                  policy=policy, control=control)
+        if found.answer is not None:
+            self.verify_in_background(found, compute)
+            return found.answer, found.outcome
+        try:
             answer, cacheable = await compute()
-            if not control.skip_write:
-                await self._fill(req, answer, cacheable, None)
-            return answer, _OFF
-        hit = self._memory.get(key)
-        if hit is not None:
-            self._counters.inc("memory.hit")
-            return hit, _MEMORY
-        self._counters.inc("memory.miss")
-        flight = key if not control.skip_write else key + "|no-write"
-        (answer, outcome), shared = await self._flights.run(
-            flight,
-            lambda: self._lookup_or_compute(req, compute),
-        )
-        if shared:
-            self._counters.inc("single_flight.shared")
-            outcome = replace(outcome, shared=True)
-        return answer, outcome
+        except BaseException as e:
+            self.release(found, e)
+            raise
+        await self.store(found, answer, cacheable)
+        return answer, found.outcome
 
-    async def _lookup_or_compute(
-        self, req: _Request, compute: Compute
-    ) -> tuple[Answer, CacheOutcome]:
-        key, text, policy = req.key, req.text, req.policy
+    async def _lookup_shared_tiers(self, req: _Request) -> CacheLookup:
+        """Redis, then (text requests of semantic models) the semantic tier: a hit, or the
+        miss to compute, with what its store needs (a candidate to compare, the embedding)."""
+        text, policy = req.text, req.policy
         bypassed = False
         if self._redis is not None:
-            payload = await self._redis.get(key)
+            payload = await self._redis.get(req.key)
             if payload is BYPASS:
                 bypassed = True
                 self._counters.inc("redis.bypass")
             elif payload is None:
                 self._counters.inc("redis.miss")
             else:
-                found = self._from_redis(key, payload, policy)  # type: ignore[arg-type]
+                found = self._from_redis(req.key, payload, policy)  # type: ignore[arg-type]
                 if found is not None:
-                    return found, _REDIS
+                    return CacheLookup(found, _REDIS)
         vec, candidate = None, None
         if policy.mode == "semantic" and text and self._semantic is not None:
             res = await self._semantic_lookup(req)
             if res is not None and res.answer is not None:
-                served = self._serve_semantic(req, res, compute)
+                served = self._serve_semantic(res)
                 if served is not None:
                     return served
                 candidate = res  # verified mode, not served: compared after computing
             vec = None if res is None else res.embedding
-        self._counters.inc("compute")
-        answer, cacheable = await compute()
-        if candidate is not None and cacheable:
-            self._verified(candidate, answer, served=False)
-        if not req.control.skip_write:
-            await self._fill(req, answer, cacheable, vec)
-        return answer, (_BYPASS if bypassed else _MISS)
+        return CacheLookup(None, _BYPASS if bypassed else _MISS, _req=req,
+                           _candidate=candidate, _vec=vec)
 
     async def _semantic_lookup(self, req: _Request) -> SemanticLookup | None:
         """The best guard-compatible candidate: at the threshold, or (verified mode) at the
@@ -229,22 +302,20 @@ class ResultCache:
             self._counters.inc("semantic.miss")
         return res
 
-    def _serve_semantic(self, req: _Request, res: SemanticLookup,
-                        compute: Compute) -> tuple[Answer, CacheOutcome] | None:
-        """The hit to return, or None when verified mode decides to compute instead."""
+    def _serve_semantic(self, res: SemanticLookup) -> CacheLookup | None:
+        """The hit to return (``verify`` set when the policy samples it for a check in the
+        background), or None when verified mode decides to compute instead."""
         assert res.answer is not None and res.similarity is not None
-        hit = (res.answer, CacheOutcome("semantic", similarity=res.similarity))
+        outcome = CacheOutcome("semantic", similarity=res.similarity)
         if self._verifier is None or res.entry is None:
             self._counters.inc("semantic.hit")
-            return hit
+            return CacheLookup(res.answer, outcome)
         decision = self._verifier.decide(res.entry, res.similarity)
         if not decision.serve:
             self._counters.inc(f"semantic.verify.{decision.reason}")
             return None
         self._counters.inc("semantic.hit")
-        if decision.verify:
-            self._spawn(self._verify_in_background(res, compute), "semantic.verify.dropped")
-        return hit
+        return CacheLookup(res.answer, outcome, verify=res if decision.verify else None)
 
     async def _verify_in_background(self, res: SemanticLookup, compute: Compute) -> None:
         try:

@@ -1,50 +1,66 @@
-"""Single flight: concurrent calls with the same key share one execution.
+"""Single flight, driven by its callers: concurrent requests for the same key share one
+execution, which the first of them runs itself.
 
-The work runs in its own task, so a caller that is cancelled (e.g. its deadline passed) does not
-cancel it for the others. Its result or exception goes to every caller; the entry is removed as
-soon as the task ends, so a failure is shared once and the next call starts afresh. The map holds
-at most one entry per distinct in-flight key (bounded by concurrent requests).
+``join(key)`` makes the first caller of a key its leader (it runs the work, on its own path, and
+then ``settle``s or ``fail``s the flight); callers that join meanwhile wait for the leader's
+result. An error is shared once: the followers get it, and the key is free again for the next
+caller. A leader that is cancelled abandons its flight: its followers look again, and one of
+them leads (so a caller that goes away never takes the others' answers with it). The map holds
+at most one entry per distinct key in flight (bounded by concurrent requests).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+__all__ = ["Flights"]
 
-class SingleFlight(Generic[T]):
-    """Deduplicate concurrent work by key."""
+
+class _Abandoned(Exception):
+    """The leader went away before it had a result: the followers look again."""
+
+
+class Flights(Generic[T]):
+    """Deduplicate concurrent work by key; the work runs in the leader's own task."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, asyncio.Task[T]] = {}
+        self._futures: dict[str, asyncio.Future[T]] = {}
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._futures)
 
-    async def run(self, key: str, work: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
-        """``(result, shared)``: ``shared`` is True when another call's execution was joined."""
-        task = self._tasks.get(key)
-        shared = task is not None
-        if task is None:
-            task = asyncio.ensure_future(work())
-            self._tasks[key] = task
+    async def join(self, key: str) -> tuple[bool, T | None]:
+        """``(True, None)``: no flight for ``key``: the caller leads it and must :meth:`settle`
+        it, or :meth:`fail` it; ``(False, result)``: the leader's result (its error is raised)."""
+        while True:
+            fut = self._futures.get(key)
+            if fut is None:
+                self._futures[key] = asyncio.get_running_loop().create_future()
+                return True, None
+            try:
+                return False, await asyncio.shield(fut)
+            except _Abandoned:
+                continue
 
-            def forget(t: asyncio.Task[T], k: str = key) -> None:
-                self._forget(k, t)
+    def settle(self, key: str, result: T) -> None:
+        """The leader's result for ``key``, to every follower (a no-op once settled)."""
+        fut = self._futures.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
 
-            task.add_done_callback(forget)
-        return await asyncio.shield(task), shared
-
-    def _forget(self, key: str, task: asyncio.Task[T]) -> None:
-        if self._tasks.get(key) is task:
-            del self._tasks[key]
-        if not task.cancelled():
-            task.exception()  # mark retrieved: every waiter may have gone away
+    def fail(self, key: str, error: BaseException) -> None:
+        """The leader failed with ``error``: the followers get it too, except a cancellation,
+        which abandons the flight (they look again). A no-op once settled."""
+        fut = self._futures.pop(key, None)
+        if fut is None or fut.done():
+            return
+        fut.set_exception(_Abandoned() if isinstance(error, asyncio.CancelledError) else error)
+        fut.exception()  # retrieved: there may be no follower to raise it to
 
     async def wait_idle(self) -> None:
-        """Wait until no work is in flight (used by ``close``)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        """Wait until no flight is open (used by ``close``)."""
+        while self._futures:
+            await asyncio.gather(*list(self._futures.values()), return_exceptions=True)

@@ -176,3 +176,46 @@ def test_settings_validation_names_the_field():
         CacheSettings(redis_url="http://localhost")
     with pytest.raises(ValueError, match="redis_backoff_max_s"):
         CacheSettings(redis_backoff_s=5, redis_backoff_max_s=1)
+
+
+def _lookup(cache):
+    return cache.lookup(model="m", version="1", inputs=X, text=None, policy=EXACT,
+                        control=READ_WRITE)
+
+
+async def test_the_pipelines_steps_lookup_store_then_hit(cache):
+    first = await _lookup(cache)
+    assert first.answer is None and first.outcome.tier == "miss"
+    waiting = asyncio.create_task(_lookup(cache))  # the same key, meanwhile: it waits
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    answer = CachedAnswer(outputs={"y": np.ones(2)}, served_by="m")
+    await cache.store(first, answer, True)
+    shared = await waiting
+    assert shared.answer is answer and shared.outcome.shared
+    hit = await _lookup(cache)
+    assert hit.outcome.tier == "memory" and hit.answer.served_by == "m"
+    assert cache.counters()["compute"] == 1
+
+
+async def test_a_failed_computation_is_released_to_its_waiters_and_not_stored(cache):
+    first = await _lookup(cache)
+    waiting = asyncio.create_task(_lookup(cache))
+    await asyncio.sleep(0.01)
+    cache.release(first, RuntimeError("model crashed"))
+    with pytest.raises(RuntimeError, match="model crashed"):
+        await waiting
+    again = await _lookup(cache)
+    assert again.answer is None  # nothing was stored: the next caller computes
+    cache.release(again, RuntimeError("done with the test"))
+
+
+async def test_a_leader_that_goes_away_lets_a_waiter_compute(cache):
+    first = await _lookup(cache)
+    waiting = asyncio.create_task(_lookup(cache))
+    await asyncio.sleep(0.01)
+    cache.release(first, asyncio.CancelledError())
+    second = await waiting
+    assert second.answer is None and not second.outcome.shared  # it computes now
+    await cache.store(second, CachedAnswer(outputs={"y": np.zeros(2)}, served_by="m"), True)
+    assert (await _lookup(cache)).outcome.tier == "memory"
