@@ -232,9 +232,11 @@ class ThreadExecutor(DeviceExecutor):
     def has_room(self, priority: Priority) -> bool:
         if self.in_flight < self.DEPTH:
             return True
-        waiting = self._waiting  # (the thread only ever takes from it: a stale read is a no)
-        return self.in_flight == self.DEPTH and bool(waiting) \
-            and priority < waiting[-1].priority
+        if self.in_flight > self.DEPTH:
+            return False
+        with self._lock:  # (the thread may take the last waiting batch between two reads)
+            waiting = self._waiting
+            return bool(waiting) and priority < waiting[-1].priority
 
     def has_any_room(self) -> bool:
         # the free slots only: displacing is for work more urgent than the batch waiting
