@@ -43,6 +43,10 @@ Job = Callable[[], None]
 class DeviceExecutor(ABC):
     """Runs launched batches; answers each through ``on_done`` on the event loop."""
 
+    # Whether a launch may displace a batch waiting to start (``launch`` returns it): then
+    # ``has_room`` of an urgent class can say yes while ``has_any_room`` says no.
+    displaces = False
+
     def __init__(self, on_done: Callable[[Batch], None]) -> None:
         self._on_done = on_done
         self.in_flight = 0
@@ -217,6 +221,7 @@ class ThreadExecutor(DeviceExecutor):
     """
 
     DEPTH = 2  # batches in flight: the running one and the next
+    displaces = True
 
     def __init__(self, device: DeviceSpec, tiers: Residency,
                  on_done: Callable[[Batch], None]) -> None:

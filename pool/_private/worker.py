@@ -242,8 +242,9 @@ class DeviceWorker:
                     asyncio.get_running_loop().call_soon(gather.tick_over)
             if self._launch_alone(p, entry):
                 return await fut  # decided and launched (or refused) without a snapshot
-        if not (self.executor.has_any_room()
-                or self.policy.displaces_waiting and self.executor.has_room(priority)):
+        ex = self.executor
+        if not (ex.has_any_room()
+                or ex.displaces and self.policy.displaces_waiting and ex.has_room(priority)):
             if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
                                                 backlog_s=self._backlog_s(),
                                                 pace=self.pace.factor):
@@ -362,8 +363,8 @@ class DeviceWorker:
         ex = self.executor
         if ex.has_any_room():
             return True
-        if not self.policy.displaces_waiting:
-            return False
+        if not (ex.displaces and self.policy.displaces_waiting):
+            return False  # (no scan of the queues for a room that cannot open)
         urgent = self.queues.most_urgent()
         return urgent is not None and ex.has_room(urgent)
 
