@@ -61,10 +61,11 @@ class DeviceExecutor(ABC):
         ``has_room`` of the most urgent class may still say yes)."""
         return any(self.has_room(p) for p in Priority)
 
-    def launched_s(self, priority: Priority) -> float:
-        """Estimated device seconds launched and not yet started that a new batch of
-        ``priority`` would wait behind (0 where the device orders its own work: CUDA)."""
-        return 0.0
+    def launched_s(self) -> tuple[float, float, float, float]:
+        """Per class (index = ``Priority`` value): estimated device seconds launched and not
+        yet started that a new batch of that class would wait behind (none where the device
+        orders its own work: CUDA)."""
+        return (0.0, 0.0, 0.0, 0.0)
 
     def launched_depth(self) -> tuple[int, int, int, int]:
         """Requests per class (index = ``Priority`` value) in batches launched and not yet
@@ -248,11 +249,15 @@ class ThreadExecutor(DeviceExecutor):
         # (``DeviceWorker`` asks ``has_room`` of the most urgent class queued)
         return self.in_flight < self.DEPTH
 
-    def launched_s(self, priority: Priority) -> float:
-        # what waits runs ahead of any class it would not yield to (each batch at its model's
-        # cost per row now, as the queue's estimates count it)
-        return sum(b.rows * b.entry.ewma_row_s for b in list(self._waiting)
-                   if b.priority <= priority)
+    def launched_s(self) -> tuple[float, float, float, float]:
+        # what waits runs ahead of every class it would not yield to (each batch at its
+        # model's cost per row now, as the queue's estimates count it)
+        ahead = [0.0, 0.0, 0.0, 0.0]
+        for b in list(self._waiting):
+            work = b.rows * b.entry.ewma_row_s
+            for cls in range(int(b.priority), 4):
+                ahead[cls] += work
+        return ahead[0], ahead[1], ahead[2], ahead[3]
 
     def launched_depth(self) -> tuple[int, int, int, int]:
         depth = [0, 0, 0, 0]

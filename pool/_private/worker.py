@@ -298,11 +298,8 @@ class DeviceWorker:
                        ) -> tuple[float, float, float, float]:
         """Each class's estimated wait: its queue's, then the batches launched ahead of it."""
         rt, it, bt, bg = queue_delay_by_class(models, pace=pace)
-        if self.executor.in_flight < 2:  # (nothing launched can be waiting)
-            return rt, it, bt, bg
-        ahead = self.executor.launched_s
-        return (rt + ahead(Priority.REALTIME) * pace, it + ahead(Priority.INTERACTIVE) * pace,
-                bt + ahead(Priority.BATCH) * pace, bg + ahead(Priority.BACKGROUND) * pace)
+        a_rt, a_it, a_bt, a_bg = self.executor.launched_s()
+        return (rt + a_rt * pace, it + a_it * pace, bt + a_bt * pace, bg + a_bg * pace)
 
     @property
     def policy_name(self) -> str:
@@ -337,7 +334,7 @@ class DeviceWorker:
     def _backlog_s(self) -> float:
         return self.queues.backlog_s(resident=self.tiers.is_resident,
                                      swap_cost_s=self._loads.swap_cost_s, stale=self._stale) \
-            + self.executor.launched_s(Priority.BACKGROUND)
+            + self.executor.launched_s()[Priority.BACKGROUND]
 
     def snapshot(self) -> SchedulerSnapshot:
         """The queues as the scheduling policy sees them (see ``QueueState.model_views``), at
