@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.estimates import request_work_s
@@ -33,6 +33,7 @@ __all__ = [
     "PrioritySchedulingPolicy",
     "ScheduleDecision",
     "SchedulingPolicy",
+    "Triage",
     "device_scheduling_policy",
     "get_scheduling_policy",
 ]
@@ -77,6 +78,30 @@ class ScheduleDecision:
     wait_until: float | None = None
     reason: str = ""
     work_s: float = 0.0
+    # What the triage behind this decision kept (set on a plan's first decision): the
+    # estimated work of every live request (this batch's included, pace not applied) and the
+    # rank of the last one, which an arrival is admitted against (``admit_arrival``).
+    # (Bookkeeping, not part of what is decided: left out of comparisons.) ``tail``: the rank
+    # of the last live request that the plan's batches leave queued; ``tail_all``: of the
+    # last live request before any of them launched.
+    live_s: float = field(default=0.0, compare=False)
+    tail: tuple | None = field(default=None, compare=False)
+    tail_all: tuple | None = field(default=None, compare=False)
+    # This chunk's estimated device time as the triage counted it (its swap-in included): what
+    # leaves the live work when it launches.
+    cost_s: float = field(default=0.0, compare=False)
+
+
+@dataclass(slots=True)
+class Triage:
+    """:meth:`SchedulingPolicy.triage` with what it adds up on the way: the live requests'
+    estimated work (``live_s``, pace not applied) and the rank of the last one (``tail``)."""
+
+    expired: list[int]
+    live: dict[str, list[RequestView]]
+    live_s: float
+    tail: tuple | None
+    ranked: list[tuple[tuple, RequestView]]  # the live requests with their ranks, in order
 
 
 class SchedulingPolicy(ABC):
@@ -125,6 +150,11 @@ class SchedulingPolicy(ABC):
         behind its estimates refuses as soon as a request is queued where it would miss,
         instead of when its deadline has passed.
         """
+        t = self.triaged(snap)
+        return t.expired, t.live
+
+    def triaged(self, snap: SchedulerSnapshot) -> Triage:
+        """:meth:`triage`, with the live work and the last live rank it added up."""
         order = sorted(
             ((self.rank(r, snap.now), r, m) for m in snap.models for r in m.requests
              if not m.loading),
@@ -133,24 +163,43 @@ class SchedulingPolicy(ABC):
         expired = [r.id for m in snap.models if m.loading for r in m.requests
                    if _misses_load(m, r, snap)]
         live: dict[str, list[RequestView]] = {}
+        ranked: list[tuple[tuple, RequestView]] = []
         ahead = 0.0
-        for _, r, m in order:
+        for rank, r, m in order:
             work = request_work_s(m, r, swap_paid=m.key in live)
             if r.deadline is not None and snap.now + (ahead + work) * snap.pace >= r.deadline:
                 expired.append(r.id)
                 continue
             ahead += work
+            ranked.append((rank, r))
             live.setdefault(m.key, []).append(r)
-        return expired, live
+        return Triage(expired, live, ahead, ranked[-1][0] if ranked else None, ranked)
 
-    def keeps_on_arrival(self, *, now: float, deadline: float | None, backlog_s: float,
-                         pace: float) -> bool:
-        """Whether :meth:`triage` would keep an arrival whatever its rank: it meets its deadline
-        behind ``backlog_s``, all the work queued on the device (its own included; an upper
-        bound of what any ranking puts ahead of it). Then the worker skips the triage it would
-        otherwise run on an arrival during a chunk, and requests the arrival pushes past their
-        deadlines expire at the next decision, as any arrival between chunks leaves them."""
-        return deadline is None or now + backlog_s * pace < deadline
+    def admit_arrival(self, *, now: float, deadline: float | None, rank: tuple, work_s: float,
+                      swap_s: float, swap_paid: bool, live_s: float, tail: tuple | None,
+                      pace: float) -> bool | None:
+        """An arrival at a full device, judged in constant time against the last triage: the
+        estimated work it kept live (``live_s``, less what launched since, plus the arrivals
+        kept since) and the rank of its last live request (``tail``). ``work_s`` is the
+        arrival's own work, ``swap_s`` its model's swap-in (0 if resident), which it pays
+        unless a live request of its model is ranked before it (``swap_paid``: one is live).
+
+        True: it meets its deadline behind all of that work, whatever its rank: :meth:`triage`
+        would keep it. False: it ranks after every live request (``rank >= tail``) and misses
+        behind them: the triage would refuse it, so refuse it now. None: it would rank among
+        them (an earlier deadline than work already queued): only a triage can tell.
+
+        Before, each arrival at a full device that did not fit behind all queued work ran a
+        full triage, whose cost grows with the queue, which is longest past saturation: on an
+        H100 at 1.7x a 300-model zoo's capacity the worker spent its time triaging arrivals and
+        answered 4 % of them in time (``docs/PERFORMANCE.md``, "Past capacity, the triage took
+        the loop")."""
+        if deadline is None or now + (live_s + work_s + swap_s) * pace < deadline:
+            return True
+        if tail is None or rank >= tail:
+            own = work_s if swap_paid else work_s + swap_s
+            return now + (live_s + own) * pace < deadline
+        return None
 
     def decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
         """What the worker does next (see :class:`ScheduleDecision`)."""
@@ -203,18 +252,62 @@ class SchedulingPolicy(ABC):
                                 self.alone_reason, chunk * row_cost_s if measured else 0.0)
 
     def _decide(self, snap: SchedulerSnapshot) -> ScheduleDecision:
-        expired, live = self.triage(snap)
-        by_key = {m.key: m for m in snap.models}
+        return self.plan(snap, limit=1)[0]
+
+    def plan(self, snap: SchedulerSnapshot, *, limit: int,
+             rooms: Sequence[int] = (1, 1, 1, 1)) -> list[ScheduleDecision]:
+        """Up to ``limit`` decisions from one triage, for distinct models: the first as
+        :meth:`decide` makes it (it carries the expired ids and the triage's live work), then
+        the next models by their best-ranked request, each as if the batches before it had
+        launched. A decision of a class with no room left (``rooms``, per ``Priority``
+        value) is left out and its model stays queued; the plan ends at a batch still
+        forming (a decision that waits) or when no room is left. A device that runs several
+        batches at once (CUDA streams) fills its free slots at the cost of one triage instead
+        of one per slot."""
+        t = self.triaged(snap)
+        expired, live = t.expired, t.live
         if not live:
             # Only loading models' work: wake up when the first of their requests expires
             # (a finished load wakes the worker sooner).
             pending = [r.deadline for r in _loading_requests(snap)
                        if r.deadline is not None and r.id not in expired]
-            return ScheduleDecision(expired=tuple(expired), reason="idle",
-                                    wait_until=min(pending, default=None))
-        best = min(live, key=lambda k: self.rank(live[k][0], snap.now))
+            return [ScheduleDecision(expired=tuple(expired), reason="idle",
+                                     wait_until=min(pending, default=None))]
+        now = snap.now
+        best = min(live, key=lambda k: self.rank(live[k][0], now))
         key, reason = self.choose_model(snap, live, best)
-        model, reqs = by_key[key], live[key]
+        by_key = {m.key: m for m in snap.models}
+        first = self._batch(snap, by_key[key], live[key], reason, tuple(expired))
+        first.live_s, first.tail_all = t.live_s, t.tail
+        out = [first]
+        if limit > 1 and first.model is not None:
+            self._more(snap, t, key, by_key, out, limit, rooms)
+        first.tail = _tail_after(t, out)
+        return out
+
+    def _more(self, snap: SchedulerSnapshot, t: Triage, key: str, by_key: dict[str, ModelView],
+              out: list[ScheduleDecision], limit: int, rooms: Sequence[int]) -> None:
+        """The plan's decisions after the first (``out[0]``, for ``key``)."""
+        now, live, first = snap.now, t.live, out[0]
+        left = list(rooms)
+        left[first.priority] -= 1
+        heads = sorted((self.rank(reqs[0], now), k) for k, reqs in live.items() if k != key)
+        for _, k in heads:
+            if len(out) >= limit or not any(n > 0 for n in left):
+                break
+            reqs = live[k]
+            if left[self.effective_class(reqs[0], now)] <= 0:
+                continue  # its class's slots are full: it waits for the next completion
+            d = self._batch(snap, by_key[k], reqs, "next", ())
+            out.append(d)
+            if d.model is None:
+                break  # a batch forming: decide again when it is due
+            left[d.priority] -= 1
+
+    def _batch(self, snap: SchedulerSnapshot, model: ModelView, reqs: list[RequestView],
+               reason: str, expired: tuple[int, ...]) -> ScheduleDecision:
+        """The batch of ``model``'s live requests (rank order), or a wait while it forms."""
+        key = model.key
         cls = self.effective_class(reqs[0], snap.now)
         ids, rows = [], 0
         for r in reqs:
@@ -230,7 +323,7 @@ class SchedulingPolicy(ABC):
         expect_more = model.arrival_gap_s < model.batch_wait_s
         if (rows < model.max_batch_size and snap.now < ready_at and expect_more
                 and not any(r.started for r in reqs)):
-            return ScheduleDecision(expired=tuple(expired), wait_until=ready_at, reason="batching")
+            return ScheduleDecision(expired=expired, wait_until=ready_at, reason="batching")
         # Chunked by the head request's own class: aging buys an old request its turn, not
         # the right to hold the device against a fresh realtime arrival.
         chunk = self.chunk_rows(rows, reqs[0].priority, row_cost_s=model.row_cost_s,
@@ -241,10 +334,29 @@ class SchedulingPolicy(ABC):
             rows=rows,
             chunk_rows=chunk,
             priority=cls,
-            expired=tuple(expired),
+            expired=expired,
             reason=reason,
             work_s=chunk * model.row_cost_s if model.resident and model.measured else 0.0,
+            cost_s=chunk * model.row_cost_s + (0.0 if model.resident else model.swap_cost_s),
         )
+
+
+def _tail_after(t: Triage, plan: list[ScheduleDecision]) -> tuple | None:
+    """The rank of the last live request with rows left once the plan's batches launch."""
+    gone: set[int] = set()
+    for d in plan:
+        if d.model is None:
+            continue
+        rows = d.chunk_rows
+        for r in t.live[d.model][:len(d.request_ids)]:  # (the batch: a prefix, rank order)
+            if r.rows > rows:
+                break
+            rows -= r.rows
+            gone.add(r.id)
+    for rank, r in reversed(t.ranked):
+        if r.id not in gone:
+            return rank
+    return None
 
 
 def _loading_requests(snap: SchedulerSnapshot) -> list[RequestView]:

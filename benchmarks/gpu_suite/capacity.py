@@ -5,7 +5,9 @@ Zoos (CUDA; the CPU stand-in scales them down): 300 x 2 MiB and 100 x 32 MiB mod
 budget that holds about a third of them, and 1,000 x 2 MiB at 10x oversubscription. Zipf(1.1)
 popularity, Poisson arrivals, 100 ms deadlines. Arms: ``timeshare`` (``DeviceWorker``) and
 ``host_ram_pinned`` (the hand-written pinned-LRU loop, ``colocation_arms.PinnedLru``), each
-with the same budget and the same traces.
+with the same budget and the same traces. On the CPU a third, ``host_path``: the worker
+through the CUDA executor's host path (``host_path.LaunchWaitExecutor``), which the CPU
+stand-in's own executor never takes.
 
 The rate starts at ``start`` and doubles while goodput (answers within the deadline over
 requests) is at least 0.99; two geometric bisections then narrow the step where it fell below.
@@ -35,6 +37,8 @@ from benchmarks.gpu_suite.colocation_arms import (
     pinned_states,
     summarize,
 )
+from benchmarks.gpu_suite.host_path import LaunchWaitExecutor
+from policies.scheduling import device_scheduling_policy
 from pool import ModelKey
 from pool._private.worker import DeviceWorker
 from pool.device import DeviceSpec
@@ -134,6 +138,7 @@ async def _zoo(env: Env, z: Zoo) -> dict:
                      "timeshare": await _at(z, timeshare, 2 * ts_cap, x, seed=200),
                      "host_ram_pinned": await _at(z, arm, 2 * ts_cap, x, seed=200)}
         status = w.status()
+        host_path = None if env.cuda else await _host_path(env, z, models, keys, budget, x)
     finally:
         await w.close()
         arm.close()
@@ -150,7 +155,35 @@ async def _zoo(env: Env, z: Zoo) -> dict:
             at_2x["timeshare"]["goodput_per_s"] / ts_cap, 3)
         out["pinned_goodput_at_2x_over_capacity"] = round(
             at_2x["host_ram_pinned"]["goodput_per_s"] / ts_cap, 3)
+    if host_path is not None:
+        out["host_path"] = host_path
     return out
+
+
+async def _host_path(env: Env, z: Zoo, models: list[nn.Module], keys: list[ModelKey],
+                     budget: int, x: torch.Tensor) -> dict:
+    """The CPU run only: the same sweep through the CUDA executor's host path
+    (``host_path.LaunchWaitExecutor``: launcher and waiter threads, several batches in
+    flight per class, no inline batches), so the worker's decisions past capacity are
+    measured where the CPU stand-in's one-batch device would hide them. Not a GPU figure."""
+    w = DeviceWorker(DeviceSpec(kind="cpu", memory_budget_bytes=budget, inline_ms=0),
+                     scheduler=device_scheduling_policy("priority", stream_priorities=True),
+                     executor=LaunchWaitExecutor)
+    try:
+        for key, m in zip(keys, models, strict=True):
+            await w.add_model(key, config(key.name, z.width), partial(copy.deepcopy, m))
+
+        def call(i: int, xx: torch.Tensor, deadline: float) -> Awaitable[object]:
+            return w.infer(keys[i], {"x": xx}, deadline=deadline)
+
+        cap, curve = await _capacity(z, call, x)
+        env.free_cache()
+        at_2x = await _at(z, call, 2 * cap, x, seed=200) if cap is not None else None
+    finally:
+        await w.close()
+    return {"capacity_per_s": _round(cap), "curve": curve, "at_2x_capacity": at_2x,
+            "goodput_at_2x_over_capacity":
+                round(at_2x["goodput_per_s"] / cap, 3) if at_2x and cap else None}
 
 
 async def run_capacity(env: Env) -> dict:
@@ -162,6 +195,9 @@ async def run_capacity(env: Env) -> dict:
     out["min_capacity_over_pinned"] = _min([r.get("capacity_over_pinned") for r in rows])
     out["min_goodput_at_2x_over_capacity"] = _min(
         [r.get("goodput_at_2x_over_capacity") for r in rows])
+    if not env.cuda:
+        out["host_path_min_goodput_at_2x_over_capacity"] = _min(
+            [r["host_path"]["goodput_at_2x_over_capacity"] for r in rows])
     return out
 
 

@@ -88,6 +88,7 @@ async def copy_stream_event(env: Env) -> dict:
     torch.cuda.set_sync_debug_mode("error")
     try:
         host_s = tiers.copy(swap)
+        recorded = len(swap.events)  # (``swapped`` below hands the pair back to its pool)
         in_flight = not swap.events[1].query()
         with torch.inference_mode(), torch.cuda.stream(stream):
             y = tiers.module("m")(x)
@@ -102,10 +103,11 @@ async def copy_stream_event(env: Env) -> dict:
         ref = fresh(x)
     stream.synchronize()
     equal = torch.equal(y, ref)
-    ok = equal and calls["synchronize"] == 0 and len(swap.events) == 2
+    ok = equal and calls["synchronize"] == 0 and recorded == 2
     return check(ok, "copy enqueued on the copy stream, compute waited on its event; no sync "
                  "and the first forward read the copied weights" if ok else
-                 f"outputs equal={equal}, synchronize calls={calls['synchronize']}",
+                 f"outputs equal={equal}, synchronize calls={calls['synchronize']}, "
+                 f"copy events recorded={recorded} (want 2)",
                  enqueue_ms=round(host_s * 1e3, 3), copy_ms=round(copy_s * 1e3, 3),
                  copy_in_flight_when_copy_returned=in_flight, model_bytes=packed.nbytes)
 

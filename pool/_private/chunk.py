@@ -71,6 +71,7 @@ class Batch:
     keep: list = field(default_factory=list)  # staging buffers held until completion (CUDA)
     loop: Any = None  # the event loop that launched it, where its completion is handled
     events: Any = None  # the batch's pooled (begin, done) events (CUDA)
+    est_s: float = 0.0  # its estimated device time, as the executor counted it in flight
 
 
 class BatchBuilder:

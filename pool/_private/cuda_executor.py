@@ -10,8 +10,8 @@ Three kinds of thread, none of which waits on the device except the waiters:
   ``PIPELINED_BYTES`` uses the layer-group pipelined copy), the inputs staged through pinned
   host buffers and copied non-blocking, the forward pass, the outputs copied non-blocking into
   pinned host buffers, and a (begin, done) event pair around it. Then it moves to the next
-  batch: batches of several models and classes are in flight at once, at most ``per_stream``
-  per stream;
+  batch: batches of several models and classes are in flight at once, on each stream at
+  least two and more while their estimated work stays under about a chunk (``StreamSlots``);
 - one **waiter** per stream blocks on the done events of its stream's batches in order (work
   on one stream completes in order) and hands each batch back to the loop. A waiter per stream,
   not per device, so a realtime batch is answered as soon as it is done even while a long
@@ -36,11 +36,11 @@ from typing import Any
 
 import torch
 
-from policies.priority import Priority
 from pool._private.chunk import Batch
 from pool._private.events import EventPool
-from pool._private.executor import DeviceExecutor, JobThread, call_in
+from pool._private.executor import JobThread, call_in
 from pool._private.residency import Residency
+from pool._private.slots import SlottedExecutor, StreamSlots
 from pool.device import DeviceSpec
 
 __all__ = ["PIPELINED_BYTES", "CudaExecutor"]
@@ -53,21 +53,16 @@ PIPELINED_BYTES = 64 << 20
 Waiting = tuple[Batch, "torch.cuda.Event | None"]
 
 
-class CudaExecutor(DeviceExecutor):
-    """Batches on the compute streams of ``tiers`` (one per class), ``per_stream`` in flight
-    on each."""
+class CudaExecutor(SlottedExecutor):
+    """Batches on the compute streams of ``tiers`` (one per class), as many in flight on each
+    as ``slots`` allows (:class:`~pool._private.slots.StreamSlots`)."""
 
     def __init__(self, device: DeviceSpec, tiers: Residency, on_done: Callable[[Batch], None],
-                 *, per_stream: int = 2) -> None:
-        super().__init__(on_done)
-        if per_stream < 1:
-            raise ValueError(f"per_stream must be >= 1, got {per_stream}")
+                 *, slots: StreamSlots | None = None) -> None:
+        super().__init__(tiers, on_done, slots)
         assert tiers.compute_streams is not None, "a CUDA residency has compute streams"
-        self._tiers = tiers
         self._device = device.torch_device
         self.streams = tiers.compute_streams
-        self._per_stream = per_stream
-        self._in_class = {p: 0 for p in Priority}
         self._events = EventPool(self._device)
         self._launcher = JobThread(f"timeshare-{device.label}-launch", device.threads)
         self._waiting: dict[int, queue.SimpleQueue[Waiting | None]] = {}
@@ -79,16 +74,8 @@ class CudaExecutor(DeviceExecutor):
             waiter.put(partial(self._wait, q))
             self._waiters.append(waiter)
 
-    def has_room(self, priority: Priority) -> bool:
-        return self._in_class[priority] < self._per_stream
-
-    def _submit(self, b: Batch) -> None:
-        self._in_class[b.priority] += 1
+    def _start(self, b: Batch) -> None:
         self._launcher.put(lambda: self._enqueue(b))
-
-    def _complete(self, b: Batch) -> None:
-        self._in_class[b.priority] -= 1
-        super()._complete(b)
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await call_in(self._launcher, fn, *args)

@@ -46,6 +46,9 @@ class DeviceExecutor(ABC):
     # Whether a launch may displace a batch waiting to start (``launch`` returns it): then
     # ``has_room`` of an urgent class can say yes while ``has_any_room`` says no.
     displaces = False
+    # Whether several batches run at once (CUDA streams): then completions that come back in
+    # one turn of the loop are decided on together.
+    concurrent = False
 
     def __init__(self, on_done: Callable[[Batch], None]) -> None:
         self._on_done = on_done
@@ -60,6 +63,15 @@ class DeviceExecutor(ABC):
         """Whether a batch of any class may be launched now (skips a decision when not;
         ``has_room`` of the most urgent class may still say yes)."""
         return any(self.has_room(p) for p in Priority)
+
+    def rooms(self) -> tuple[int, int, int, int]:
+        """Per class (index = ``Priority`` value): how many batches of it may launch now."""
+        return tuple(1 if self.has_room(p) else 0 for p in Priority)  # type: ignore[return-value]
+
+    def launch_limit(self) -> int:
+        """How many batches one decision round may launch (``SchedulingPolicy.plan``): one
+        where the device runs one batch at a time."""
+        return 1
 
     def launched_s(self) -> tuple[float, float, float, float]:
         """Per class (index = ``Priority`` value): estimated device seconds launched and not

@@ -206,18 +206,6 @@ class QueueState:
                     return True
         return False
 
-    def backlog_s(self, *, resident, swap_cost_s, stale) -> float:
-        """All queued work as :meth:`model_views` would estimate it (each model's remaining rows
-        times its cost per row, plus its swap-in unless resident), without building the views:
-        a bound for ``SchedulingPolicy.keeps_on_arrival``. Cancelled requests still count."""
-        total = 0.0
-        for key, entry in self._busy():
-            name = str(key)
-            rows = sum(p.rows - p.launched for p in entry.queue)
-            total += (rows * shown_row_s(entry, stale(entry))
-                      + (0.0 if resident(name) else swap_cost_s(name)))
-        return total
-
     def chosen(self, d: ScheduleDecision) -> list[Pending]:
         """The decision's requests, in the decision's order."""
         entry = self.named.get(d.model or "")
@@ -246,6 +234,21 @@ class QueueState:
                     keep.append(p)
             entry.queue = keep
         return dropped
+
+    def refuse(self, entry: ModelQueue, p: Pending) -> int:
+        """Answer ``p``, just queued on ``entry`` and not run, with RequestExpired: its
+        deadline cannot be met (:meth:`expire` for one arrival, without a walk)."""
+        queue = entry.queue
+        if queue and queue[-1] is p:
+            queue.pop()
+        elif p in queue:
+            queue.remove(p)
+        if p.future.done():
+            return 0
+        if self.classes is not None:
+            self.classes.count(p.priority, REFUSED)
+        fail(p, RequestExpired(f"{p.key}: deadline cannot be met (not run)"))
+        return 1
 
     def most_urgent(self) -> Priority | None:
         """The most urgent class with rows still to launch (None: nothing waits)."""

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from common.fallback_types import RequestExpired
-from policies.device_queue import ModelView, SchedulerSnapshot
+from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
 from policies.inline import Arrival, TickGather
@@ -140,6 +140,13 @@ class DeviceWorker:
         self._retiring: set[str] = set()  # removed while a batch of it was on the device
         self._retired: dict[str, asyncio.Event] = {}  # set once a retiring model is forgotten
         self._blocked = False  # a swap-in waits for room held by batches in flight
+        # The last triage's live work, less what launched since, plus the arrivals admitted
+        # since, and the rank of the last live request: what an arrival at a full device is
+        # judged against in constant time (``_admit``).
+        self._live_s = 0.0
+        self._tail: tuple | None = None
+        self._triage_due = False
+        self._pump_due = False
         self._loads = BackgroundLoads(self.tiers, clock, self._loaded)  # disk loads off the loop
         self._slice_start = 0.0
         self._last: str | None = None
@@ -242,20 +249,77 @@ class DeviceWorker:
                     asyncio.get_running_loop().call_soon(gather.tick_over)
             if self._launch_alone(p, entry):
                 return await fut  # decided and launched (or refused) without a snapshot
-        ex = self.executor
-        if not (ex.has_any_room()
-                or ex.displaces and self.policy.displaces_waiting and ex.has_room(priority)):
-            if not self.policy.keeps_on_arrival(now=now, deadline=deadline,
-                                                backlog_s=self._backlog_s(),
-                                                pace=self.pace.factor):
-                # The device is full: triage now rather than at the next completion, so a
-                # request that cannot make it is refused on arrival even behind a long batch
-                # or swap-in. (One that makes it behind all the queued work is kept by any
-                # ranking: no triage.)
-                self._triage_now()
+        if not self._room_for(priority):
+            # The device is full: judge the arrival now rather than at the next completion, so
+            # one that cannot make it is refused on arrival even behind a long batch or swap-in.
+            verdict = self._admit(p, entry, now)
+            if verdict is False:
+                self.expired += self.queues.refuse(entry, p)
+            elif verdict is None:
+                self._triage_soon()
         else:
             self._pump()
         return await fut
+
+    def _room_for(self, priority: Priority) -> bool:
+        """Whether an arrival of this class can be decided on now: a free slot of its class
+        where the device runs several batches at once (a stream per class) or where it may
+        displace a less urgent batch waiting to start; elsewhere any free slot."""
+        ex = self.executor
+        if ex.concurrent or (ex.displaces and self.policy.displaces_waiting):
+            return ex.has_room(priority)
+        return ex.has_any_room()
+
+    def _admit(self, p: Pending, entry: ModelQueue, now: float) -> bool | None:
+        """``SchedulingPolicy.admit_arrival`` for ``p``, in constant time: against the live
+        work the last triage kept (less what launched since, plus the arrivals kept since) and
+        the work launched ahead of its class that has not started. None: a triage decides."""
+        name = entry.name
+        if name in self._loads or self.tiers.loading(name):
+            return None  # waits for its load, not behind the queue
+        work = p.rows * shown_row_s(entry, self._stale(entry, now))
+        swap = 0.0 if self.tiers.is_resident(name) else self._loads.swap_cost_s(name)
+        ex = self.executor
+        policy = self.policy
+        rank = policy.rank(RequestView(p.id, p.priority, p.deadline, p.arrival, p.rows), now)
+        verdict = policy.admit_arrival(
+            now=max(now, ex.busy_until()), deadline=p.deadline, rank=rank, work_s=work,
+            swap_s=swap, swap_paid=len(entry.queue) > 1,
+            live_s=self._live_s + ex.launched_s()[p.priority], tail=self._tail,
+            pace=self.pace.factor)
+        if verdict:
+            self._live_s += work if len(entry.queue) > 1 else work + swap
+            if self._tail is None or rank > self._tail:
+                self._tail = rank
+        return verdict
+
+    def _pump_soon(self) -> None:
+        """One pump at the loop's next turn, for every event of this turn that asks for one:
+        on a device that runs several batches at once, completions that come back together
+        free several slots, filled from one triage (``_round``) instead of one each."""
+        if not self._pump_due:
+            self._pump_due = True
+            asyncio.get_running_loop().call_soon(self._due_pump)
+
+    def _due_pump(self) -> None:
+        self._pump_due = False
+        self._pump()
+
+    def _triage_soon(self) -> None:
+        """One triage at the loop's next turn for every arrival that needs one (a triage's
+        cost grows with the queue: never one per arrival)."""
+        if not self._triage_due:
+            self._triage_due = True
+            asyncio.get_running_loop().call_soon(self._due_triage)
+
+    def _due_triage(self) -> None:
+        self._triage_due = False
+        if self._closed:
+            return
+        if self._has_room():
+            self._pump()  # (its decision triages)
+        else:
+            self._triage_now()
 
     def _tick_in(self, first: Pending, entry: ModelQueue) -> None:
         """The deferred launch (``policies.inline``): ``first`` alone takes the arrival's
@@ -269,8 +333,9 @@ class DeviceWorker:
         self._pump()
 
     def _triage_now(self) -> None:
-        expired, _ = self.policy.triage(self.snapshot())
-        self.expired += self.queues.expire(tuple(i for i in expired if i not in self._running))
+        t = self.policy.triaged(self.snapshot())
+        self._live_s, self._tail = t.live_s, t.tail
+        self.expired += self.queues.expire(tuple(i for i in t.expired if i not in self._running))
 
     def routing_stats(self) -> RoutingStats:
         """Load view for the request router and spill: the same estimate the scheduler uses."""
@@ -331,11 +396,6 @@ class DeviceWorker:
                 and (self._clock() if now is None else now) - entry.measured_at
                 > self._estimate_ttl_s)
 
-    def _backlog_s(self) -> float:
-        return self.queues.backlog_s(resident=self.tiers.is_resident,
-                                     swap_cost_s=self._loads.swap_cost_s, stale=self._stale) \
-            + self.executor.launched_s()[Priority.BACKGROUND]
-
     def snapshot(self) -> SchedulerSnapshot:
         """The queues as the scheduling policy sees them (see ``QueueState.model_views``), at
         the moment a batch launched now would start: after the one running, where the
@@ -375,26 +435,56 @@ class DeviceWorker:
             for _ in range(_PUMP_STEPS):
                 if not self._has_room():
                     return
-                decision = self.schedule()
-                self.expired += self.queues.expire(decision.expired)
-                if decision.model is None:
-                    self._wake_at(decision.wait_until)
+                acted = self._round()
+                if acted is None:
                     return
-                if not self.executor.has_room(decision.priority):
-                    return  # its class's stream is full: a completion pumps again
-                if self._blocked:
-                    return  # a swap-in waits for a running model to finish
-                try:
-                    ran_inline = self._launch(decision)
-                except Exception as e:  # noqa: BLE001 - contained: fail this decision's requests
-                    for p in self.queues.chosen(decision):
-                        fail(p, e)
-                    continue
-                if ran_inline:
+                if acted:
                     break  # an inline batch never yielded: let arrivals in first
             asyncio.get_running_loop().call_soon(self._pump)  # bounded: let others in first
         finally:
             self._pumping = False
+
+    def _round(self) -> bool | None:
+        """One triage and the launches it decides: one batch, or where the executor runs
+        several at once (CUDA) one per free slot, for distinct models
+        (``SchedulingPolicy.plan``). None: nothing more to do until an event; True: a batch
+        ran inline; False: decide again."""
+        ex = self.executor
+        limit = ex.launch_limit()
+        snap = self.snapshot()
+        plan = (self.policy.plan(snap, limit=limit, rooms=ex.rooms()) if limit > 1
+                else [self.policy.decide(snap)])
+        first = plan[0]
+        self.expired += self.queues.expire(first.expired)
+        live_s, acted, launched = first.live_s, False, 0
+        try:
+            for d in plan:
+                if d.model is None:
+                    self._wake_at(d.wait_until)
+                    return None
+                if not ex.has_room(d.priority):
+                    continue  # its class's stream is full: a completion pumps again
+                if self._blocked:
+                    return None  # a swap-in waits for a running model to finish
+                acted = True
+                try:
+                    ran_inline = self._launch(d)
+                except Exception as e:  # noqa: BLE001 - contained: fail this decision's requests
+                    for p in self.queues.chosen(d):
+                        fail(p, e)
+                    continue
+                live_s -= d.cost_s
+                launched += 1
+                if ran_inline:
+                    return True
+        finally:
+            # (the last live rank the plan leaves, unless a batch of it stayed queued)
+            every = launched == sum(1 for d in plan if d.model is not None)
+            self._live_s = max(0.0, live_s)
+            self._tail = first.tail if every else first.tail_all
+        if not acted or len(plan) < limit:
+            return None  # (a shorter plan: no other live work had a free slot)
+        return False
 
     def _launch_alone(self, p: Pending, entry: ModelQueue) -> bool:
         """Steps 1 and 2 for the common case at low load, without a snapshot: ``p`` alone on an
@@ -427,6 +517,7 @@ class DeviceWorker:
         except Exception as e:  # noqa: BLE001 - contained, as in _pump: fail this request
             fail(p, e)
             return True
+        self._live_s, self._tail = 0.0, None  # (the queue held this request alone)
         if p.launched < p.rows:
             self._pump()  # its next chunks, while the executor has room
         return True
@@ -556,7 +647,10 @@ class DeviceWorker:
                 retired.set()
         # (an inline batch is already inside a pump: no-op; no model listed: nothing waits)
         if self.queues.active and self.queues.waiting():
-            self._pump()
+            if self.executor.concurrent:
+                self._pump_soon()  # one round for every completion of this turn of the loop
+            else:
+                self._pump()
 
     def _retry_after_oom(self, b: Batch) -> bool:
         """CUDA out of memory: evict every idle model and run the batch once more (True), or
