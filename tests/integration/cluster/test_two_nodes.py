@@ -61,7 +61,10 @@ def _config(repo: Path, http_port: int, redis_url: str, hook: str, state: Path) 
         "repository": str(repo), "environment": "test", "api_key": API_KEY,
         "ingress_replicas": 2, "poll_interval_s": 0.5, "default_deadline_ms": 1500,
         "cpu_pool": {"placement": "deployment", "memory_budget_mb": 256},
-        "quotas": {"redis_url": redis_url, "redis_timeout_s": 0.2, "redis_retry_s": 0.5,
+        # (1 s: on the 2-core host, under the two nodes' own load, one of 60 Redis round trips
+        # once took over 0.2 s and that answer was decided locally while Redis was up. The
+        # Redis-down half of the test is not slowed: a stopped Redis refuses at once.)
+        "quotas": {"redis_url": redis_url, "redis_timeout_s": 1.0, "redis_retry_s": 0.5,
                    "key_prefix": f"tsc-test:{free_port()}:",
                    "callers": {"metered": {"rate_per_s": RATE, "burst": BURST}}},
         "alerting": _alerting(hook), "alert_eval_interval_s": 0.5,
