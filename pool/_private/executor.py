@@ -46,6 +46,9 @@ class DeviceExecutor(ABC):
     # Whether a launch may displace a batch waiting to start (``launch`` returns it): then
     # ``has_room`` of an urgent class can say yes while ``has_any_room`` says no.
     displaces = False
+    # Whether batches launched and not yet started run most urgent class first (the worker
+    # clears it for a policy where classes do not order the work: FIFO).
+    class_order = True
     # Whether several batches run at once (CUDA streams): then completions that come back in
     # one turn of the loop are decided on together.
     concurrent = False
@@ -286,9 +289,10 @@ class ThreadExecutor(DeviceExecutor):
             waiting = self._waiting
             if self.in_flight > self.DEPTH and waiting and b.priority < waiting[-1].priority:
                 displaced = waiting.pop()  # the least urgent, launched last
-            # most urgent first, in launch order within a class (a list of one or two)
+            # most urgent first, in launch order within a class (a list of one or two); in
+            # launch order alone where classes do not order the work (FIFO)
             at = next((i for i, w in enumerate(waiting) if b.priority < w.priority),
-                      len(waiting))
+                      len(waiting)) if self.class_order else len(waiting)
             waiting.insert(at, b)
         if displaced is None:
             self._thread.put(self._run_next)  # one pull per batch that stays

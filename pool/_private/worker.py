@@ -126,6 +126,9 @@ class DeviceWorker:
         self.tiers = Residency(device, memory=memory, eviction=eviction, clock=clock)
         self.batches = BatchBuilder(device, self.tiers)
         self.executor = (executor or _executor)(device, self.tiers, self._completed)
+        # (FIFO: a realtime batch launched after a background one that has not started yet
+        # must not start before it)
+        self.executor.class_order = self.policy.displaces_waiting
         # Per class over the last 30-36 s: queue wait, compute and swap-in of every answered
         # request, and refusals (the status views; fixed memory, pool.class_window).
         self.classes = ClassWindow(series=CLASS_SERIES, counters=("refused",), clock=clock)
