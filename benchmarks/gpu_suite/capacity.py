@@ -122,12 +122,7 @@ async def _zoo(env: Env, z: Zoo) -> dict:
     arm = PinnedLru(pinned_states(models, env.cuda), partial(linear_stack, nbytes, z.width, 0),
                     env.device, budget, torch.get_num_threads())
     try:
-        for key, m in zip(keys, models, strict=True):
-            await w.add_model(key, config(key.name, z.width), partial(copy.deepcopy, m))
-
-        def timeshare(i: int, xx: torch.Tensor, deadline: float) -> Awaitable[object]:
-            return w.infer(keys[i], {"x": xx}, deadline=deadline)
-
+        timeshare = await _serving(w, z, keys, models)
         ts_cap, ts_curve = await _capacity(z, timeshare, x)
         env.free_cache()
         pin_cap, pin_curve = await _capacity(z, arm, x)
@@ -160,6 +155,18 @@ async def _zoo(env: Env, z: Zoo) -> dict:
     return out
 
 
+async def _serving(w: DeviceWorker, z: Zoo, keys: list[ModelKey], models: list[nn.Module]
+                   ) -> Call:
+    """Register the zoo's models on ``w``; the call that sends one request to model ``i``."""
+    for key, m in zip(keys, models, strict=True):
+        await w.add_model(key, config(key.name, z.width), partial(copy.deepcopy, m))
+
+    def call(i: int, xx: torch.Tensor, deadline: float) -> Awaitable[object]:
+        return w.infer(keys[i], {"x": xx}, deadline=deadline)
+
+    return call
+
+
 async def _host_path(env: Env, z: Zoo, models: list[nn.Module], keys: list[ModelKey],
                      budget: int, x: torch.Tensor) -> dict:
     """The CPU run only: the same sweep through the CUDA executor's host path
@@ -170,12 +177,7 @@ async def _host_path(env: Env, z: Zoo, models: list[nn.Module], keys: list[Model
                      scheduler=device_scheduling_policy("priority", stream_priorities=True),
                      executor=LaunchWaitExecutor)
     try:
-        for key, m in zip(keys, models, strict=True):
-            await w.add_model(key, config(key.name, z.width), partial(copy.deepcopy, m))
-
-        def call(i: int, xx: torch.Tensor, deadline: float) -> Awaitable[object]:
-            return w.infer(keys[i], {"x": xx}, deadline=deadline)
-
+        call = await _serving(w, z, keys, models)
         cap, curve = await _capacity(z, call, x)
         env.free_cache()
         at_2x = await _at(z, call, 2 * cap, x, seed=200) if cap is not None else None
