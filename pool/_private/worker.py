@@ -413,10 +413,6 @@ class DeviceWorker:
             self.device.slice_ms / 1e3, self.device.chunk_size, self.pace.factor,
         )
 
-    def schedule(self) -> ScheduleDecision:
-        """Step 1: the policy's decision over a fresh snapshot."""
-        return self.policy.decide(self.snapshot())
-
     def _has_room(self) -> bool:
         """Room for a decision: for any class, or for the most urgent one queued where the
         policy lets it displace a less urgent batch waiting at the device (``ThreadExecutor``)."""
