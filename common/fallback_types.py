@@ -4,7 +4,9 @@
 pool's model repository reads and validates it (``pool.config.ModelConfig.fallback``), the chain
 compiles it (``fallbacks.steps.compile_chain``). :class:`RequestExpired` is the pool's refusal
 of work whose deadline it cannot meet: the pool raises it, the chain treats it as load (no
-breaker fault) and goes on to the next step.
+breaker fault) and goes on to the next step. :class:`DeadlineTooShort`, a kind of it, says the
+deadline itself was the cause: the request's own work would miss it on an idle device, so the
+chain answers 504 (the caller's deadline) rather than 503 (the pool's load).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["FallbackStep", "RequestExpired"]
+__all__ = ["DeadlineTooShort", "FallbackStep", "RequestExpired"]
 
 
 class FallbackStep(BaseModel):
@@ -41,3 +43,8 @@ class FallbackStep(BaseModel):
 
 class RequestExpired(Exception):
     """The request's deadline passed before it could run; it was not run (fallback path)."""
+
+
+class DeadlineTooShort(RequestExpired):
+    """Not run because its deadline is shorter than its own estimated work: it would miss on an
+    idle device too, so no amount of waiting or retrying at this deadline helps (not load)."""

@@ -12,8 +12,11 @@ Seams for the router (no Ray here):
 Budgets: a remote step (the primary, ``model``, ``cpu``) may use the remaining time minus
 ``local_reserve_ms`` when a rules/default step follows it, and only ``remote_share`` of that when
 more remote steps follow, so a hung primary still leaves time for the next model. A remote step
-whose deadline has passed is not started (``expired``); rules and default steps always run, as
-they are bounded by configuration (declarative rules take microseconds, callables have a timeout).
+whose deadline has passed is not started (``expired``), and a pool's refusal of work whose
+deadline is shorter than its own estimated work (``DeadlineTooShort``) is recorded the same way:
+the caller's deadline, a 504 if nothing else answers, not the pool's load (503). Rules and
+default steps always run, as they are bounded by configuration (declarative rules take
+microseconds, callables have a timeout).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.clock import Clock
-from common.fallback_types import RequestExpired
+from common.fallback_types import DeadlineTooShort, RequestExpired
 from fallbacks._private.shared_timeout import SharedTimeouts
 from fallbacks.breaker import BreakerRegistry, CircuitBreaker
 from fallbacks.deadline import Deadline
@@ -303,6 +306,14 @@ class ChainRunner:
             outcome = f"error: {type(e).__name__}"
         except asyncio.TimeoutError:
             outcome = "timeout"
+        except DeadlineTooShort:  # its deadline, not the pool's load: as the budget gate's
+            if breaker is not None:  # "expired" (a 504 if nothing else answers)
+                breaker.release()
+            if throttle is not None:
+                throttle.on_accepted()  # the pool answered at once, as asked
+            attempts.append(Attempt(_label(prefix, target.model, target.version), "expired",
+                                    self._clock() - t0))
+            return None
         except RequestExpired:  # refused unrun behind the queue: load for the throttle, not a
             if breaker is not None:  # fault (an overloaded pool would open its breaker)
                 breaker.release()

@@ -36,6 +36,7 @@ __all__ = [
     "Triage",
     "device_scheduling_policy",
     "get_scheduling_policy",
+    "misses_alone",
 ]
 
 _INF = float("inf")
@@ -60,7 +61,9 @@ DEFAULT_CHUNK_MS: Mapping[Priority, float | None] = {
 class ScheduleDecision:
     """What the worker does next.
 
-    ``expired``: request ids to answer with RequestExpired now (not run). When ``model`` is set:
+    ``expired``: request ids to answer with RequestExpired now (not run); ``too_short``: those
+    of them whose deadline is shorter than their own work (:func:`misses_alone`: they would miss
+    on an idle device too), answered with DeadlineTooShort. When ``model`` is set:
     take ``rows`` rows from ``request_ids`` (in order) as the batch and run its first
     ``chunk_rows`` rows, then ask again. ``model`` None: idle until an arrival or ``wait_until``.
     ``priority`` is the class the chunk runs under (CUDA stream priority, eviction rights).
@@ -90,6 +93,7 @@ class ScheduleDecision:
     # This chunk's estimated device time as the triage counted it (its swap-in included): what
     # leaves the live work when it launches.
     cost_s: float = field(default=0.0, compare=False)
+    too_short: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -102,6 +106,16 @@ class Triage:
     live_s: float
     tail: tuple | None
     ranked: list[tuple[tuple, RequestView]]  # the live requests with their ranks, in order
+    too_short: list[int] = field(default_factory=list)  # of ``expired``: see ScheduleDecision
+
+
+def misses_alone(arrival: float, deadline: float | None, own_s: float, pace: float) -> bool:
+    """Whether a request whose own estimated work (its rows, its model's swap-in if not
+    resident) is ``own_s`` would have missed ``deadline`` with the device to itself from its
+    ``arrival``: its deadline, not the load, refuses it (``DeadlineTooShort``, a 504 for the
+    caller rather than a 503). The test every refusal of the triage and the arrival check
+    makes, with nothing ahead and no time spent queued."""
+    return deadline is not None and arrival + own_s * pace >= deadline
 
 
 class SchedulingPolicy(ABC):
@@ -162,6 +176,7 @@ class SchedulingPolicy(ABC):
         )
         expired = [r.id for m in snap.models if m.loading for r in m.requests
                    if _misses_load(m, r, snap)]
+        too_short: list[int] = []
         live: dict[str, list[RequestView]] = {}
         ranked: list[tuple[tuple, RequestView]] = []
         ahead = 0.0
@@ -169,11 +184,15 @@ class SchedulingPolicy(ABC):
             work = request_work_s(m, r, swap_paid=m.key in live)
             if r.deadline is not None and snap.now + (ahead + work) * snap.pace >= r.deadline:
                 expired.append(r.id)
+                if misses_alone(r.arrival, r.deadline, request_work_s(m, r, swap_paid=False),
+                                snap.pace):
+                    too_short.append(r.id)
                 continue
             ahead += work
             ranked.append((rank, r))
             live.setdefault(m.key, []).append(r)
-        return Triage(expired, live, ahead, ranked[-1][0] if ranked else None, ranked)
+        return Triage(expired, live, ahead, ranked[-1][0] if ranked else None, ranked,
+                      too_short)
 
     def admit_arrival(self, *, now: float, deadline: float | None, rank: tuple, work_s: float,
                       swap_s: float, swap_paid: bool, live_s: float, tail: tuple | None,
@@ -214,9 +233,10 @@ class SchedulingPolicy(ABC):
         read off directly (``tests/unit/pool/test_scheduling_policy.py`` checks they agree)."""
         if model.loading:
             return self._decide(snap)
-        if r.deadline is not None and (snap.now + request_work_s(model, r, swap_paid=False)
-                                       * snap.pace >= r.deadline):
-            return ScheduleDecision(expired=(r.id,), reason="idle")
+        own = request_work_s(model, r, swap_paid=False)
+        if r.deadline is not None and snap.now + own * snap.pace >= r.deadline:
+            return ScheduleDecision(expired=(r.id,), reason="idle", too_short=(
+                (r.id,) if misses_alone(r.arrival, r.deadline, own, snap.pace) else ()))
         rows = min(r.rows, model.max_batch_size)
         ready_at = r.arrival + model.batch_wait_s
         if (rows < model.max_batch_size and snap.now < ready_at
@@ -241,8 +261,9 @@ class SchedulingPolicy(ABC):
         load without building a snapshot (``tests/unit/pool/test_scheduling_policy.py`` checks
         the two agree). The worker checks the structural conditions (alone, idle, resident)
         before it asks; the rules, batching included, are here."""
-        if deadline is not None and now + rows * row_cost_s * pace >= deadline:
-            return ScheduleDecision(expired=(request_id,), reason="idle")
+        if misses_alone(now, deadline, rows * row_cost_s, pace):
+            return ScheduleDecision(expired=(request_id,), reason="idle",
+                                    too_short=(request_id,))
         if rows < max_batch_size and 0 < batch_wait_s and arrival_gap_s < batch_wait_s:
             return ScheduleDecision(wait_until=now + batch_wait_s, reason="batching")
         n = rows if rows < max_batch_size else max_batch_size
@@ -272,13 +293,14 @@ class SchedulingPolicy(ABC):
             pending = [r.deadline for r in _loading_requests(snap)
                        if r.deadline is not None and r.id not in expired]
             return [ScheduleDecision(expired=tuple(expired), reason="idle",
-                                     wait_until=min(pending, default=None))]
+                                     wait_until=min(pending, default=None),
+                                     too_short=tuple(t.too_short))]
         now = snap.now
         best = min(live, key=lambda k: self.rank(live[k][0], now))
         key, reason = self.choose_model(snap, live, best)
         by_key = {m.key: m for m in snap.models}
         first = self._batch(snap, by_key[key], live[key], reason, tuple(expired))
-        first.live_s, first.tail_all = t.live_s, t.tail
+        first.live_s, first.tail_all, first.too_short = t.live_s, t.tail, tuple(t.too_short)
         out = [first]
         if limit > 1 and first.model is not None:
             self._more(snap, t, key, by_key, out, limit, rooms)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.fallback_types import RequestExpired
+from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.priority import PRIORITIES, Priority
 from policies.replica_ranking import RouteTarget
 from pool.config import ModelConfig
@@ -33,7 +33,9 @@ from pool.errors import DeviceOutOfMemory, ModelNotLoaded
 __all__ = ["PoolRefusal", "PoolReply", "PoolWork", "route_target_of", "routing_id", "unwrap"]
 
 # Refusal kind <-> exception type. Anything else a pool raises is a real failure and is raised.
+# (A subclass before its base: ``PoolRefusal.of`` takes the first kind that matches.)
 _REFUSALS: dict[str, type[Exception]] = {
+    "too_short": DeadlineTooShort,
     "expired": RequestExpired,
     "out_of_memory": DeviceOutOfMemory,
     "not_loaded": ModelNotLoaded,
@@ -143,8 +145,9 @@ class PoolReply:
 
 @dataclass(frozen=True, slots=True)
 class PoolRefusal:
-    """The pool did not run the request: ``kind`` is one of ``expired``, ``out_of_memory``,
-    ``not_loaded``, ``queue_full``; ``message`` says which model and why."""
+    """The pool did not run the request: ``kind`` is one of ``too_short`` (its deadline is
+    shorter than its own work), ``expired`` (it cannot meet its deadline behind the queue),
+    ``out_of_memory``, ``not_loaded``, ``queue_full``; ``message`` says which model and why."""
 
     kind: str
     message: str

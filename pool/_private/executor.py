@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from common.fallback_types import RequestExpired
+from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.priority import Priority
 from pool._private.chunk import Batch, run_on_cpu
 from pool._private.residency import Residency
@@ -314,9 +314,16 @@ class ThreadExecutor(DeviceExecutor):
     def _run(self, b: Batch) -> None:
         if self._hopeless(b):
             # no caller can use it any more: not run (the worker fails its requests with this,
-            # and a swap-in it carried is aborted)
-            b.error = RequestExpired(f"{b.name}: the batch could no longer finish within its "
-                                     f"deadlines when its turn came")
+            # and a swap-in it carried is aborted). Its requests arrived at an idle device and
+            # it launched alone: no other work made it late, its deadlines were shorter than
+            # its own work and the pool's fixed costs (a 504 for the caller, not a 503).
+            if b.alone and all(p.idle for p, _, _ in b.parts):
+                b.error = DeadlineTooShort(f"{b.name}: its deadline is shorter than its own "
+                                           "estimated work on this device (not run): ask for "
+                                           "a longer deadline")
+            else:
+                b.error = RequestExpired(f"{b.name}: the batch could no longer finish within "
+                                         "its deadlines when its turn came (not run)")
         else:
             run_on_cpu(b, self._tiers)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.fallback_types import RequestExpired
+from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.device_queue import ModelView, RequestView
 from policies.estimates import ewma
 from policies.priority import Priority
@@ -50,6 +50,9 @@ class Pending:
     first_start: float | None = None
     batch: int = 0
     as_numpy: bool = False  # numpy rows in, numpy rows out (the host's kind)
+    # It arrived at an idle device (nothing queued, nothing in flight): if it misses, its own
+    # work and the pool's fixed costs did, not other work (a refusal says DeadlineTooShort).
+    idle: bool = False
 
 
 @dataclass(slots=True)
@@ -217,8 +220,9 @@ class QueueState:
         order = {rid: i for i, rid in enumerate(d.request_ids)}
         return sorted((p for p in entry.queue if p.id in order), key=lambda p: order[p.id])
 
-    def expire(self, ids: tuple[int, ...]) -> int:
-        """Answer ``ids`` with RequestExpired (not run); returns how many were dropped."""
+    def expire(self, ids: tuple[int, ...], too_short: tuple[int, ...] = ()) -> int:
+        """Answer ``ids`` with RequestExpired (not run), those also in ``too_short`` with
+        DeadlineTooShort; returns how many were dropped."""
         if not ids:
             return 0
         wanted, dropped = set(ids), 0
@@ -228,16 +232,17 @@ class QueueState:
                 if p.id in wanted:
                     if self.classes is not None and not p.future.done():
                         self.classes.count(p.priority, REFUSED)
-                    fail(p, RequestExpired(f"{p.key}: deadline cannot be met (not run)"))
+                    fail(p, _refusal(p, p.id in too_short))
                     dropped += 1
                 else:
                     keep.append(p)
             entry.queue = keep
         return dropped
 
-    def refuse(self, entry: ModelQueue, p: Pending) -> int:
+    def refuse(self, entry: ModelQueue, p: Pending, too_short: bool = False) -> int:
         """Answer ``p``, just queued on ``entry`` and not run, with RequestExpired: its
-        deadline cannot be met (:meth:`expire` for one arrival, without a walk)."""
+        deadline cannot be met (DeadlineTooShort where ``too_short``: not even alone);
+        :meth:`expire` for one arrival, without a walk."""
         queue = entry.queue
         if queue and queue[-1] is p:
             queue.pop()
@@ -247,7 +252,7 @@ class QueueState:
             return 0
         if self.classes is not None:
             self.classes.count(p.priority, REFUSED)
-        fail(p, RequestExpired(f"{p.key}: deadline cannot be met (not run)"))
+        fail(p, _refusal(p, too_short))
         return 1
 
     def most_urgent(self) -> Priority | None:
@@ -295,6 +300,13 @@ def shown_row_s(entry: ModelQueue, stale: bool) -> float:
     """The cost per row the scheduler sees: a stale estimate shows as the initial one, so
     expiry does not refuse on it."""
     return INITIAL_ROW_S if stale else entry.ewma_row_s
+
+
+def _refusal(p: Pending, too_short: bool) -> RequestExpired:
+    if too_short:
+        return DeadlineTooShort(f"{p.key}: its deadline is shorter than its own estimated work "
+                                "on this device (not run): ask for a longer deadline")
+    return RequestExpired(f"{p.key}: deadline cannot be met behind the queued work (not run)")
 
 
 def fail(p: Pending, error: BaseException) -> None:

@@ -44,6 +44,7 @@ from policies.scheduling import (
     ScheduleDecision,
     SchedulingPolicy,
     device_scheduling_policy,
+    misses_alone,
 )
 from pool._private.answers import answer_batch
 from pool._private.chunk import (
@@ -240,6 +241,7 @@ class DeviceWorker:
         now = self._clock()
         p = self.queues.submit(entry, inputs, priority, deadline, now, fut)
         if self.executor.in_flight == 0:
+            p.idle = len(entry.queue) == 1 and len(self.queues.active) == 1
             gather = self._gather
             if gather is not None:  # an inline device: wait for this tick's company?
                 how = gather.arrive()
@@ -257,7 +259,7 @@ class DeviceWorker:
             # one that cannot make it is refused on arrival even behind a long batch or swap-in.
             verdict = self._admit(p, entry, now)
             if verdict is False:
-                self.expired += self.queues.refuse(entry, p)
+                self.expired += self.queues.refuse(entry, p, self._too_short(p, entry, now))
             elif verdict is None:
                 self._triage_soon()
         else:
@@ -295,6 +297,14 @@ class DeviceWorker:
             if self._tail is None or rank > self._tail:
                 self._tail = rank
         return verdict
+
+    def _too_short(self, p: Pending, entry: ModelQueue, now: float) -> bool:
+        """Whether ``p``, refused on arrival, would have missed alone too (its own work and its
+        model's swap-in from now): the refusal's cause is its deadline, not the queue."""
+        own = p.rows * shown_row_s(entry, self._stale(entry, now))
+        if not self.tiers.is_resident(entry.name):
+            own += self._loads.swap_cost_s(entry.name)
+        return misses_alone(now, p.deadline, own, self.pace.factor)
 
     def _pump_soon(self) -> None:
         """One pump at the loop's next turn, for every event of this turn that asks for one:
@@ -338,7 +348,8 @@ class DeviceWorker:
     def _triage_now(self) -> None:
         t = self.policy.triaged(self.snapshot())
         self._live_s, self._tail = t.live_s, t.tail
-        self.expired += self.queues.expire(tuple(i for i in t.expired if i not in self._running))
+        self.expired += self.queues.expire(tuple(i for i in t.expired if i not in self._running),
+                                           tuple(t.too_short))
 
     def routing_stats(self) -> RoutingStats:
         """Load view for the request router and spill: the same estimate the scheduler uses."""
@@ -454,7 +465,7 @@ class DeviceWorker:
         plan = (self.policy.plan(snap, limit=limit, rooms=ex.rooms()) if limit > 1
                 else [self.policy.decide(snap)])
         first = plan[0]
-        self.expired += self.queues.expire(first.expired)
+        self.expired += self.queues.expire(first.expired, first.too_short)
         live_s, acted, launched = first.live_s, False, 0
         try:
             for d in plan:
@@ -506,7 +517,7 @@ class DeviceWorker:
             and not stale, chunk_size=self.device.chunk_size, pace=self.pace.factor,
             batch_wait_s=config.batch_wait_ms / 1e3, arrival_gap_s=entry.ewma_gap_s)
         if d.model is None:
-            self.expired += self.queues.expire(d.expired)
+            self.expired += self.queues.expire(d.expired, d.too_short)
             self._wake_at(d.wait_until)  # a batch forming: decide again when it is due
             return True
         if not self.executor.has_room(d.priority):

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from common.fallback_types import FallbackStep, RequestExpired
+from common.fallback_types import DeadlineTooShort, FallbackStep, RequestExpired
 from fallbacks.breaker import BreakerConfig, BreakerRegistry, BreakerState
 from fallbacks.chain import (
     ChainConfig,
@@ -56,6 +56,8 @@ class FakeExecutor(ModelExecutor):
             raise ServiceUnavailable("replica gone")
         if what == "expired":
             raise RequestExpired(f"{model}: deadline cannot be met (not run)")
+        if what == "too_short":
+            raise DeadlineTooShort(f"{model}: its deadline is shorter than its own work")
         if what == "bad-input":
             raise InvalidRequest("inputs.x: wrong shape", field="inputs.x")
         return ModelReply({"y": np.array([[1.0]]), "who": np.array([model])}, version or "7")
@@ -200,6 +202,23 @@ async def test_an_unanswered_request_says_whether_it_was_shed_or_refused():
     again = pickle.loads(pickle.dumps(refused.value))  # it crosses Ray handles
     assert (type(again), again.cause, again.message) == (
         ServiceUnavailable, "refused", refused.value.message)
+
+
+async def test_a_deadline_shorter_than_the_work_is_the_callers_504_not_the_pools_load():
+    """The pool refusing work whose own estimated time exceeds its deadline (DeadlineTooShort)
+    is the deadline's fault: a 504, recorded as the budget gate's ``expired``; the throttle
+    counts the pool as having done its part, and the breaker is untouched."""
+    reg = BreakerRegistry(BreakerConfig(sliding_window_size=2, minimum_number_of_calls=2))
+    th = PoolThrottles(k=2.0, clock=lambda: 0.0, rng=lambda: 1.0)
+    r = runner(FakeExecutor({("big", "gpu"): "too_short"}), breakers=reg, throttles=th)
+    for _ in range(4):
+        with pytest.raises(DeadlineExceeded, match="gpu:big: expired") as ei:
+            await r.run(REQ, deadline=Deadline.after_ms(1000), chain=(), primary=Target("big"))
+        assert ei.value.status_code == 504 and ei.value.cause is None
+    assert th.throttle("big", "gpu").reject_probability() == 0  # 4 requests, 4 accepted
+    assert reg.get("big", "gpu").state is BreakerState.CLOSED
+    res = await r.run(REQ, deadline=Deadline.after_ms(1000), chain=CHAIN, primary=Target("big"))
+    assert (res.served_by, res.degraded, res.reason) == ("model:small@1", True, "expired")
 
 
 async def test_exhausted_chain_raises():

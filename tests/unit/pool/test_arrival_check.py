@@ -110,6 +110,31 @@ def test_the_check_is_the_deadline_against_the_paced_live_work():
                            **kw) is False
 
 
+@pytest.mark.parametrize("policy", [PrioritySchedulingPolicy(), FifoSchedulingPolicy()],
+                         ids=lambda p: p.name)
+def test_a_refusal_blames_the_deadline_only_where_the_request_would_miss_alone(policy):
+    """Of the requests a triage refuses, ``too_short`` holds exactly those whose own work (rows,
+    and their model's swap-in if not resident) misses their deadline from their arrival with
+    nothing ahead: those are the caller's 504; the others were refused for the load (503)."""
+    rng = random.Random(11)
+    seen = {True: 0, False: 0}
+    for _ in range(1500):
+        snap = _random_snapshot(rng)
+        t = policy.triaged(snap)
+        assert set(t.too_short) <= set(t.expired)
+        for m in snap.models:
+            for r in m.requests:
+                if r.id not in t.expired:
+                    continue
+                own = r.rows * m.row_cost_s + (0.0 if m.resident else m.swap_cost_s)
+                alone = r.deadline is not None and r.arrival + own * snap.pace >= r.deadline
+                assert (r.id in t.too_short) == alone, (snap, r)
+                seen[alone] += 1
+        d = policy.decide(snap)
+        assert set(d.too_short) == set(t.too_short) & set(d.expired)
+    assert min(seen.values()) >= 10  # both kinds of refusal were drawn
+
+
 class CountingPolicy(PrioritySchedulingPolicy):
     def __init__(self) -> None:
         super().__init__()
@@ -142,8 +167,17 @@ async def test_arrivals_that_fit_during_a_chunk_skip_the_triage_and_those_that_m
         assert policy.triages == before  # five arrivals, no triage while the chunk runs
         with pytest.raises(Exception) as refused:
             await worker.infer(KEY, x, deadline=clock() + 1e-9)
-        assert type(refused.value).__name__ == "RequestExpired"
+        # shorter than its own work: the deadline refused it, not the queue
+        assert type(refused.value).__name__ == "DeadlineTooShort"
         assert policy.triages == before + 1 and not running.done()
+        # time for its own work, not behind the five kept and the chunk running (a less urgent
+        # class, so it ranks last: refused on arrival, no triage): the queue refused it
+        own = worker.queues.models[KEY].ewma_row_s * worker.pace.factor
+        with pytest.raises(Exception) as refused:
+            await worker.infer(KEY, x, priority=Priority.BACKGROUND, deadline=clock() + 2 * own)
+        assert type(refused.value).__name__ == "RequestExpired"
+        assert policy.triages == before + 1
+        assert not running.done()
         model.hang.clear()
         outs = await asyncio.gather(running, *fits)
         assert all(o.outputs["y"].shape == (1, 2) for o in outs)

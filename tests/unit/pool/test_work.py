@@ -5,7 +5,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from common.fallback_types import RequestExpired
+from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.priority import Priority
 from pool.errors import DeviceOutOfMemory, ModelNotLoaded
 from pool.host import ModelHost
@@ -40,6 +40,7 @@ WORK = PoolWork("m", "1", {"x": np.zeros((1, 2), np.float32)}, Priority.BATCH,
 
 @pytest.mark.parametrize("error, kind", [
     (RequestExpired("m@1: deadline cannot be met (not run)"), "expired"),
+    (DeadlineTooShort("m@1: its deadline is shorter than its own work"), "too_short"),
     (DeviceOutOfMemory("m@1 needs 10 bytes"), "out_of_memory"),
     (ModelNotLoaded("model 'm' is not loaded here"), "not_loaded"),
     (asyncio.QueueFull("cpu: 5 requests queued"), "queue_full"),
@@ -47,8 +48,9 @@ WORK = PoolWork("m", "1", {"x": np.zeros((1, 2), np.float32)}, Priority.BATCH,
 async def test_expected_refusals_are_values_and_unwrap_to_the_same_exception(error, kind):
     reply = await run_work_or_refusal(_Host(error), WORK)
     assert reply == PoolRefusal(kind, str(error))
-    with pytest.raises(type(error), match=str(error).split(":")[0]):
+    with pytest.raises(type(error), match=str(error).split(":")[0]) as raised:
         unwrap(reply)
+    assert type(raised.value) is type(error)  # (a subclass is not its base's kind)
 
 
 async def test_other_errors_are_raised_not_refused():

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.fallback_types import RequestExpired
+from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.priority import Priority
 from pool import ModelKey
 from pool._private.worker import DeviceWorker
@@ -106,11 +106,34 @@ async def test_a_waiting_batch_whose_deadline_passed_is_not_run(gated):
     await asyncio.sleep(0.1)  # its deadline passes while the first one runs
     model.gate.set()
     await first
-    with pytest.raises(RequestExpired):
+    with pytest.raises(RequestExpired) as refused:
         await late
+    assert type(refused.value) is RequestExpired  # the queue ahead refused it, not its deadline
     assert model.order == [1]  # never run
     assert worker.expired == 1
     assert worker.routing_stats().queue_depth == (0, 0, 0, 0)
+
+
+async def test_a_batch_that_arrived_at_an_idle_device_and_missed_says_its_deadline_was_short(
+        gated):
+    """Nothing was queued or in flight when it arrived, and it launched alone: what made it
+    late was its own work and the pool's fixed costs (here, the device thread held up by
+    something that is not a batch), so the refusal is the caller's ``DeadlineTooShort`` (the
+    chain's 504), not a refusal for load (503)."""
+    worker, model = gated
+    model.gate.set()
+    held = threading.Event()
+    busy = asyncio.ensure_future(worker.executor.call(held.wait, 10.0))  # not a batch
+    late = asyncio.create_task(worker.infer(KEY, {"x": torch.full((1, 1), 2.0)},
+                                            deadline=time.monotonic() + 0.05))
+    await _until(lambda: worker.executor.in_flight == 1)
+    await asyncio.sleep(0.1)  # its deadline passes before the thread can start it
+    held.set()
+    await busy
+    with pytest.raises(DeadlineTooShort):
+        await late
+    assert model.order == []  # never run
+    assert worker.expired == 1
 
 
 async def test_a_completion_runs_straight_into_the_next_batch_while_the_loop_is_busy(gated):
