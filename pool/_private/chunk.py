@@ -64,6 +64,7 @@ class Batch:
     # -- filled in by the executor --------------------------------------------------------
     raw: Any = None  # the model's outputs, on the host (CPU tensors)
     device_s: float = 0.0  # the forward pass: in the device thread, or CUDA events
+    device_cpu_s: float | None = None  # the forward pass's CPU on the thread that ran it (CPU)
     copy_s: float = 0.0  # the swap-in's copy (host seconds, or its events' on CUDA)
     swap_s: float = 0.0  # a swap already closed before an out-of-memory retry
     inline_cpu_s: float | None = None  # the loop thread's CPU time in an inline batch
@@ -107,7 +108,15 @@ class BatchBuilder:
                 log.info("%s on %s: batches stay on the device thread (%s)",
                          entry.config.name, self.device.label, entry.inline_refused)
                 return False
-        estimate = b.rows * entry.ewma_row_s
+        # A bounded graph cannot sleep: off a busy host its wall time is its CPU time. The
+        # device thread's measured wall time is not: at c=16 behind the ingress it read 0.3 ms
+        # a row, mostly waits for the GIL, for a forward of a few µs, which kept every chunk on
+        # the thread (0-51 % inline from one run to the next, 2,405-3,314 answers/s:
+        # docs/PERFORMANCE.md, "Inline stayed off").
+        row_s = entry.ewma_cpu_row_s if (self.device.inline_bounded_only
+                                         and entry.ewma_cpu_row_s is not None) \
+            else entry.ewma_row_s
+        estimate = b.rows * row_s
         if b.swap is not None:
             estimate += self.tiers.copy_cost_s(b.swap)
         return estimate <= self.inline_s
@@ -133,10 +142,11 @@ def run_on_cpu(b: Batch, tiers: Residency) -> None:
     forward pass. Fills in the batch (an exception goes to ``b.error``, never up)."""
     try:
         b.copy_s = tiers.copy(b.swap) if b.swap is not None else 0.0
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         with torch.inference_mode():
             b.raw = b.module(*b.args)
         b.device_s = time.perf_counter() - t0
+        b.device_cpu_s = time.thread_time() - cpu0
     except BaseException as e:  # noqa: BLE001 - handed to the worker with the batch
         b.error = e
 

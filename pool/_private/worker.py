@@ -698,8 +698,11 @@ class DeviceWorker:
         # The cost per row sizes chunks in time: measured on the device side, so the hops and
         # event-loop delays (which vary with load, not with rows) do not shrink chunks. A stale
         # estimate (a long-idle model, or one slowed by a past stall) is replaced whole.
-        entry.ewma_row_s = ewma(None if self._stale(entry, now) else entry.ewma_row_s,
-                                b.device_s / max(b.rows, 1))
+        stale = self._stale(entry, now)
+        entry.ewma_row_s = ewma(None if stale else entry.ewma_row_s, b.device_s / max(b.rows, 1))
+        if b.device_cpu_s is not None:
+            entry.ewma_cpu_row_s = ewma(None if stale else entry.ewma_cpu_row_s,
+                                        b.device_cpu_s / max(b.rows, 1))
         entry.measured_at = now
         if b.alone and b.work_s:
             # Launch to completion against what the decision estimated: the hops and loop

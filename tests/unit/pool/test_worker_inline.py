@@ -113,6 +113,35 @@ async def test_bounded_only_runs_a_scripted_graph_inline(probe_worker):
     assert w.status()["inline_chunks"] == 4 and w.status()["not_inline"] == {}
 
 
+async def test_a_bounded_graph_is_judged_by_its_cpu_not_the_threads_waits(probe_worker):
+    """The device thread's wall time holds its waits for the GIL and the cores: behind a busy
+    ingress loop it read 0.3 ms a row for a forward of a few µs, and that estimate kept every
+    chunk on the thread. A graph proven bounded cannot sleep, so the inline rule reads the
+    forward's CPU per row instead."""
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 4).eval()
+    w, _ = await probe_worker(inline_ms=1.0, bounded_only=True, module=torch.jit.script(lin))
+    x = torch.randn(1, 16)
+    for _ in range(INLINE_AFTER_RUNS):
+        await w.infer(KEY, {"x": x})
+    entry = w.queues.models[KEY]
+    assert entry.ewma_cpu_row_s is not None and entry.ewma_cpu_row_s < 1e-3
+    entry.ewma_row_s = 0.3  # what a contended device thread measured: 300x inline_ms
+    await w.infer(KEY, {"x": x})
+    assert w.status()["inline_chunks"] == 1
+
+
+async def test_an_unproven_model_is_judged_by_its_wall_time(probe_worker):
+    """Without ``inline_bounded_only`` a model may sleep (here 20 ms on almost no CPU): its
+    wall time, over ``inline_ms``, keeps it on the device thread."""
+    w, probe = await probe_worker(inline_ms=5.0)
+    probe.stall_s = 0.02
+    for _ in range(INLINE_AFTER_RUNS + 3):
+        await w.infer(KEY, {"x": torch.randn(1, 16)})
+    assert w.queues.models[KEY].ewma_cpu_row_s < 0.005 < w.queues.models[KEY].ewma_row_s
+    assert all(_on_device_thread(probe.seen)) and w.status()["inline_chunks"] == 0
+
+
 async def test_bounded_only_runs_an_onnx_graph_inline(probe_worker):
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
