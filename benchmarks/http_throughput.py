@@ -30,9 +30,13 @@ process listening on the arm's port over the run, per answer (``benchmarks._proc
 ``/proc``; None elsewhere, and for the Serve arms with ``--ingress proxy``, whose port is the
 proxy's). ``server_cpu_us_per_answer_c16`` compares them at c=16: on a shared
 host they move less between runs than throughput does, and they are what a request costs the
-server. Not a target. Each handle run reports the same for the replica that answers
-(``replica_cpu_us_per_answer``) and for the calling process (``caller_cpu_us_per_answer``);
-``handle_c16_*_replica_cpu_vs_stock`` gives Timeshare's replica figures over stock's.
+server. Not a target. The ``timeshare`` arm's closed-loop runs also report what the ingress's CPU
+pool did (``device``: its chunks, and the share run inline on the loop, from ``/v2/status``):
+a chunk sent to the device thread costs the loop a hop, which at c=16 is most of the spread
+between runs (docs/PERFORMANCE.md, "Inline stayed off"). Each handle run reports the same
+for the replica that answers (``replica_cpu_us_per_answer``) and for the calling process
+(``caller_cpu_us_per_answer``); ``handle_c16_*_replica_cpu_vs_stock`` gives Timeshare's
+replica figures over stock's.
 
 Targets (``meets_targets`` when all hold; issue 38's): HTTP p50 at concurrency 1 at most stock's
 + 0.3 ms; throughput at concurrency 16 at least 1.05x stock's; cache-hit throughput at least 2.5x
@@ -63,6 +67,7 @@ import platform
 import shutil
 import tempfile
 import time
+import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -176,6 +181,8 @@ def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
             http[arm][f"c{c}"] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
                                   "n_degraded": r["n_degraded"], "errors": r["errors"],
                                   "server_cpu_us_per_answer": _cpu_us(r)}
+            if "device" in r:
+                http[arm][f"c{c}"]["device"] = r["device"]
     sweeps: dict[str, dict] = {}
     for arm in ("timeshare", "timeshare_hit", "stock"):
         sweeps[arm] = {}
@@ -223,9 +230,37 @@ class _Loads:
     def __call__(self, arm: str, **kw: Any) -> dict:
         port, route, body = self.targets[arm]
         meter = CpuMeter(self.pids.get(arm))
+        before = _device_counters(port) if arm == "timeshare" else None
         meter.start()
         r = self.client.submit(run_load, LoadSpec("127.0.0.1", port, route, body, **kw)).result()
-        return {**r, "server_cores": meter.stop()}
+        out = {**r, "server_cores": meter.stop()}
+        if before is not None:
+            out["device"] = _device_delta(before, _device_counters(port))
+        return out
+
+
+def _device_counters(port: int) -> dict[str, int] | None:
+    """The ingress's CPU pool counters from ``/v2/status``: chunks, and those run inline on the
+    loop (None where the status cannot be read)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/status", timeout=10) as r:
+            st = json.loads(r.read())
+        dev = st["pools"]["cpu"]["device"]
+        return {"chunks": int(dev["chunks"]), "inline_chunks": int(dev["inline_chunks"])}
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None
+                  ) -> dict[str, float] | None:
+    """What the pool did over one run: the share of chunks run inline on the loop (a hop to
+    the device thread costs the loop more than this model's forward), and chunks."""
+    if before is None or after is None:
+        return None
+    chunks = after["chunks"] - before["chunks"]
+    return {"chunks": chunks,
+            "inline_share": round((after["inline_chunks"] - before["inline_chunks"])
+                                  / max(chunks, 1), 3)}
 
 
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
