@@ -113,7 +113,7 @@ class BatchBuilder:
         # a row, mostly waits for the GIL, for a forward of a few µs, which kept every chunk on
         # the thread (0-51 % inline from one run to the next, 2,405-3,314 answers/s:
         # docs/PERFORMANCE.md, "Inline stayed off").
-        row_s = entry.ewma_cpu_row_s if (not __import__('os').environ.get('TS_INLINE_WALL') and self.device.inline_bounded_only
+        row_s = entry.ewma_cpu_row_s if (self.device.inline_bounded_only
                                          and entry.ewma_cpu_row_s is not None) \
             else entry.ewma_row_s
         estimate = b.rows * row_s
