@@ -230,13 +230,14 @@ class QueueState:
         if not ids:
             return 0
         wanted, dropped = set(ids), 0
+        short = set(too_short) if too_short else ()  # (usually none: no set built)
         for _, entry in self._busy():
             keep = []
             for p in entry.queue:
                 if p.id in wanted:
                     if self.classes is not None and not p.future.done():
                         self.classes.count(p.priority, REFUSED)
-                    fail(p, _refusal(p, p.id in too_short))
+                    fail(p, _refusal(p, p.id in short))
                     dropped += 1
                 else:
                     keep.append(p)
