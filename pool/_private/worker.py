@@ -257,10 +257,7 @@ class DeviceWorker:
         if not self._room_for(priority):
             # The device is full: judge the arrival now rather than at the next completion, so
             # one that cannot make it is refused on arrival even behind a long batch or swap-in.
-            verdict = self._admit(p, entry, now)
-            if verdict is False:
-                self.expired += self.queues.refuse(entry, p, self._too_short(p, entry, now))
-            elif verdict is None:
+            if self._admit(p, entry, now) is None:
                 self._triage_soon()
         else:
             self._pump()
@@ -278,7 +275,9 @@ class DeviceWorker:
     def _admit(self, p: Pending, entry: ModelQueue, now: float) -> bool | None:
         """``SchedulingPolicy.admit_arrival`` for ``p``, in constant time: against the live
         work the last triage kept (less what launched since, plus the arrivals kept since) and
-        the work launched ahead of its class that has not started. None: a triage decides."""
+        the work launched ahead of its class that has not started. False: refused here
+        (DeadlineTooShort where its own work alone misses, ``misses_alone``); None: a triage
+        decides."""
         name = entry.name
         if name in self._loads or self.tiers.loading(name):
             return None  # waits for its load, not behind the queue
@@ -296,15 +295,10 @@ class DeviceWorker:
             self._live_s += work if len(entry.queue) > 1 else work + swap
             if self._tail is None or rank > self._tail:
                 self._tail = rank
+        elif verdict is False:
+            self.expired += self.queues.refuse(
+                entry, p, misses_alone(now, p.deadline, work + swap, self.pace.factor))
         return verdict
-
-    def _too_short(self, p: Pending, entry: ModelQueue, now: float) -> bool:
-        """Whether ``p``, refused on arrival, would have missed alone too (its own work and its
-        model's swap-in from now): the refusal's cause is its deadline, not the queue."""
-        own = p.rows * shown_row_s(entry, self._stale(entry, now))
-        if not self.tiers.is_resident(entry.name):
-            own += self._loads.swap_cost_s(entry.name)
-        return misses_alone(now, p.deadline, own, self.pace.factor)
 
     def _pump_soon(self) -> None:
         """One pump at the loop's next turn, for every event of this turn that asks for one:
