@@ -82,12 +82,18 @@ def _record(pid: int, seconds: float, out: Path) -> subprocess.Popen:
 
 
 def summarize(collapsed: Path, top: int = 15) -> dict[str, Any]:
-    """Shares of samples per marker (inclusive) and the top leaf frames."""
-    total = 0
+    """Shares of samples per marker (inclusive) and the top leaf frames. A line that is not
+    ``stack count`` is counted and skipped: ``--nonblocking`` sampling reads the target's
+    memory while it runs, and a torn read can name a frame with a stray string (seen: a
+    docstring spread over several lines)."""
+    total = skipped = 0
     marks: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
     for line in collapsed.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            skipped += 1
+            continue
         n = int(count)
         total += n
         for name, subs in MARKERS.items():
@@ -95,7 +101,7 @@ def summarize(collapsed: Path, top: int = 15) -> dict[str, Any]:
                 marks[name] += n
         leaves[stack.rsplit(";", 1)[-1]] += n
     pct = (lambda n: round(100.0 * n / total, 1)) if total else (lambda n: 0.0)
-    return {"samples": total,
+    return {"samples": total, "unparsed_lines": skipped,
             "inclusive_pct": {k: pct(v) for k, v in marks.most_common()},
             "top_leaves_pct": {k: pct(v) for k, v in leaves.most_common(top)}}
 

@@ -124,7 +124,12 @@ class BatchBuilder:
     def run_inline(self, b: Batch) -> None:
         b.inline = True
         cpu0 = time.thread_time()
-        with_threads(self.threads, run_on_cpu, b, self.tiers)
+        # One intra-op thread: work this small gains nothing from a parallel region, and the
+        # loop would wait on torch's OpenMP pool. Under OMP_WAIT_POLICY=PASSIVE (deploy.ray_env)
+        # waking it made a 5-row, 64-wide linear layer take about 60 µs instead of 5, and
+        # longer while the other core was busy: 27 % of the ingress replica's CPU samples at
+        # c=16 (docs/PERFORMANCE.md, "The inline forward woke a second thread").
+        with_threads(1, run_on_cpu, b, self.tiers)
         b.inline_cpu_s = time.thread_time() - cpu0
 
     def stall(self, b: Batch) -> str | None:

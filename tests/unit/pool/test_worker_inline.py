@@ -169,17 +169,20 @@ async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
         await w.infer(KEY, {"x": torch.randn(1, 16)})
     assert all(_on_device_thread(probe.seen)) and w.status()["inline_chunks"] == 0
 
-    w2, probe2 = await probe_worker(inline_ms=50.0, threads=1)
+    # three distinct counts: the device thread's (2), the loop thread's own (3), and an
+    # inline chunk's (1: a chunk that small would only wait on torch's OpenMP pool)
+    w2, probe2 = await probe_worker(inline_ms=50.0, threads=2)
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(3)
     try:
         for _ in range(INLINE_AFTER_RUNS + 2):
             await w2.infer(KEY, {"x": torch.randn(1, 16)})
-        assert torch.get_num_threads() == 2  # the loop thread's own setting is untouched
+        assert torch.get_num_threads() == 3  # the loop thread's own setting is untouched
     finally:
         torch.set_num_threads(before)
+    on_thread = [n for (name, n) in probe2.seen if name.startswith("timeshare-")]
     inline = [n for (name, n) in probe2.seen if not name.startswith("timeshare-")]
-    assert inline == [1, 1]  # inline chunks ran with the device's thread count
+    assert on_thread == [2] * INLINE_AFTER_RUNS and inline == [1, 1]
 
 
 def test_negative_inline_ms_is_rejected():
