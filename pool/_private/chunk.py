@@ -28,11 +28,18 @@ from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.types import Rows
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "Batch", "BatchBuilder",
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ONE_THREAD_BELOW_S", "Batch", "BatchBuilder",
            "join_rows", "name_outputs", "run_on_cpu", "warm_up", "warmed_loader", "with_threads"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+# A CPU chunk estimated under this runs with one intra-op thread, wherever it runs: a parallel
+# region wakes torch's OpenMP pool, which under OMP_WAIT_POLICY=PASSIVE (deploy.ray_env) made a
+# 5-row, 64-wide linear layer take about 60 µs instead of 5, and longer while the other cores
+# were busy; that wake is over a tenth of work this small (docs/PERFORMANCE.md, "The small
+# forwards woke a second thread").
+ONE_THREAD_BELOW_S = 0.5e-3
 
 
 
@@ -73,6 +80,7 @@ class Batch:
     loop: Any = None  # the event loop that launched it, where its completion is handled
     events: Any = None  # the batch's pooled (begin, done) events (CUDA)
     est_s: float = 0.0  # its estimated device time, as the executor counted it in flight
+    threads: int = 0  # torch intra-op threads for its forward on CPU (0: the thread's own)
 
 
 class BatchBuilder:
@@ -91,8 +99,21 @@ class BatchBuilder:
               alone: bool) -> Batch:
         args = [_rows_of(parts, t.name) for t in entry.config.inputs]
         rows = parts[0][2] if len(parts) == 1 else sum(n for _, _, n in parts)
-        return Batch(name, entry, parts, priority, swap, self.tiers.module(name), args, rows,
-                     work_s, now, alone)
+        b = Batch(name, entry, parts, priority, swap, self.tiers.module(name), args, rows,
+                  work_s, now, alone)
+        if self.device.kind == "cpu":
+            # By the forward's CPU: what a second thread could share (a model that sleeps has
+            # nothing to share). Unmeasured, the cold default, 2 ms a row: the device's count.
+            b.threads = 1 if self._forward_s(b, cpu=True) < ONE_THREAD_BELOW_S else self.threads
+        return b
+
+    def _forward_s(self, b: Batch, *, cpu: bool) -> float:
+        """``b``'s forward pass by its model's measured cost per row: its CPU time where
+        ``cpu`` and it was measured, else its wall time on the device thread."""
+        entry = b.entry
+        row_s = entry.ewma_cpu_row_s if cpu and entry.ewma_cpu_row_s is not None \
+            else entry.ewma_row_s
+        return b.rows * row_s
 
     def runs_inline(self, b: Batch) -> bool:
         """Run this batch on the loop thread? (see DeviceSpec.inline_ms)"""
@@ -112,11 +133,8 @@ class BatchBuilder:
         # device thread's measured wall time is not: at c=16 behind the ingress it read 0.3 ms
         # a row, mostly waits for the GIL, for a forward of a few µs, which kept every chunk on
         # the thread (0-51 % inline from one run to the next, 2,405-3,314 answers/s:
-        # docs/PERFORMANCE.md, "Inline stayed off").
-        row_s = entry.ewma_cpu_row_s if (self.device.inline_bounded_only
-                                         and entry.ewma_cpu_row_s is not None) \
-            else entry.ewma_row_s
-        estimate = b.rows * row_s
+        # docs/PERFORMANCE.md, "Inline stayed off"). A model that may sleep: its wall time.
+        estimate = self._forward_s(b, cpu=self.device.inline_bounded_only)
         if b.swap is not None:
             estimate += self.tiers.copy_cost_s(b.swap)
         return estimate <= self.inline_s
@@ -124,12 +142,7 @@ class BatchBuilder:
     def run_inline(self, b: Batch) -> None:
         b.inline = True
         cpu0 = time.thread_time()
-        # One intra-op thread: work this small gains nothing from a parallel region, and the
-        # loop would wait on torch's OpenMP pool. Under OMP_WAIT_POLICY=PASSIVE (deploy.ray_env)
-        # waking it made a 5-row, 64-wide linear layer take about 60 µs instead of 5, and
-        # longer while the other core was busy: 27 % of the ingress replica's CPU samples at
-        # c=16 (docs/PERFORMANCE.md, "The inline forward woke a second thread").
-        with_threads(1, run_on_cpu, b, self.tiers)
+        with_threads(b.threads or self.threads, run_on_cpu, b, self.tiers)
         b.inline_cpu_s = time.thread_time() - cpu0
 
     def stall(self, b: Batch) -> str | None:

@@ -31,7 +31,7 @@ import torch
 
 from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.priority import Priority
-from pool._private.chunk import Batch, run_on_cpu
+from pool._private.chunk import Batch, run_on_cpu, with_threads
 from pool._private.residency import Residency
 from pool.device import DeviceSpec
 
@@ -324,6 +324,8 @@ class ThreadExecutor(DeviceExecutor):
             else:
                 b.error = RequestExpired(f"{b.name}: the batch could no longer finish within "
                                          "its deadlines when its turn came (not run)")
+        elif b.threads:
+            with_threads(b.threads, run_on_cpu, b, self._tiers)  # (sets it only if it differs)
         else:
             run_on_cpu(b, self._tiers)
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from policies.priority import Priority
 from pool import ModelKey
+from pool._private.chunk import ONE_THREAD_BELOW_S
 from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker
 from pool.device import DeviceSpec
 from tests.support.pool import config
@@ -19,7 +20,8 @@ KEY = ModelKey("probe", "1")
 
 
 class Probe(nn.Module):
-    """Records the thread and torch thread count of every forward; can stall on demand."""
+    """Records the thread and torch thread count of every forward; can stall (sleep) or burn
+    CPU on demand."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -27,11 +29,15 @@ class Probe(nn.Module):
         self.lin = nn.Linear(16, 4)
         self.seen: list[tuple[str, int]] = []
         self.stall_s = 0.0
+        self.burn_s = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.seen.append((threading.current_thread().name, torch.get_num_threads()))
         if self.stall_s:
             time.sleep(self.stall_s)
+        cpu0 = time.thread_time()
+        while time.thread_time() - cpu0 < self.burn_s:
+            pass
         return self.lin(x)
 
 
@@ -169,8 +175,8 @@ async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
         await w.infer(KEY, {"x": torch.randn(1, 16)})
     assert all(_on_device_thread(probe.seen)) and w.status()["inline_chunks"] == 0
 
-    # three distinct counts: the device thread's (2), the loop thread's own (3), and an
-    # inline chunk's (1: a chunk that small would only wait on torch's OpenMP pool)
+    # three distinct counts: the device thread's (2), the loop thread's own (3), and a small
+    # chunk's (1, wherever it runs: it would only wait on torch's OpenMP pool)
     w2, probe2 = await probe_worker(inline_ms=50.0, threads=2)
     before = torch.get_num_threads()
     torch.set_num_threads(3)
@@ -182,7 +188,24 @@ async def test_inline_off_and_the_callers_torch_threads_restored(probe_worker):
         torch.set_num_threads(before)
     on_thread = [n for (name, n) in probe2.seen if name.startswith("timeshare-")]
     inline = [n for (name, n) in probe2.seen if not name.startswith("timeshare-")]
-    assert on_thread == [2] * INLINE_AFTER_RUNS and inline == [1, 1]
+    # the first chunk is unmeasured (the cold estimate, 2 ms a row): the device's count
+    assert on_thread == [2] + [1] * (INLINE_AFTER_RUNS - 1) and inline == [1, 1]
+
+
+async def test_a_chunk_with_cpu_to_share_keeps_the_devices_threads(probe_worker):
+    """Over ONE_THREAD_BELOW_S of measured CPU a chunk runs with the device's intra-op threads;
+    a model that sleeps as long but uses no CPU gets one."""
+    w, probe = await probe_worker(inline_ms=0.0, threads=2)
+    probe.burn_s = 2 * ONE_THREAD_BELOW_S
+    for _ in range(4):
+        await w.infer(KEY, {"x": torch.randn(1, 16)})
+    assert [n for _, n in probe.seen] == [2, 2, 2, 2]
+
+    w2, sleeper = await probe_worker(inline_ms=0.0, threads=2)
+    sleeper.stall_s = 2 * ONE_THREAD_BELOW_S
+    for _ in range(4):
+        await w2.infer(KEY, {"x": torch.randn(1, 16)})
+    assert [n for _, n in sleeper.seen] == [2, 1, 1, 1]
 
 
 def test_negative_inline_ms_is_rejected():
