@@ -100,8 +100,10 @@ class Ingress:
         if s.prometheus_port is not None:
             serve_metrics(s.prometheus_port)
         self.counters = CounterRecorder(slow_s=s.slow_request_s)
+        # None where the operator turned it off (``call_log.path`` null, no ``redis_url``)
         self.call_log = build_call_log(path=s.call_log.path, redis_url=s.call_log.redis_url,
-                                       max_queue=s.call_log.max_queue)
+                                       max_queue=s.call_log.max_queue) \
+            if s.call_log.path or s.call_log.redis_url else None
         self._quotas = build_quotas(s)  # cluster-wide through Redis when configured (#19)
         self._views = build_views(s)  # every replica's breakers etc. in /v2/status (#19)
         self.breakers = BreakerRegistry(default=s.breaker, listeners=(self._on_breaker,))
@@ -154,10 +156,11 @@ class Ingress:
             quotas=self._quotas,
             load=self._load.get,
             # Timeshare's request histograms only where something collects them
-            # (``prometheus_port``); alert counters, the call log and /v2/status always.
+            # (``prometheus_port``); alert counters and /v2/status always; the call log unless
+            # the operator turned it off.
             recorders=((TelemetryRecorder(self.telemetry),) if self.telemetry.histograms_exported
-                       else ()) + (self.counters, CallLogRecorder(self.call_log),
-                                   self.model_stats),
+                       else ()) + (self.counters, self.model_stats)
+            + ((CallLogRecorder(self.call_log),) if self.call_log is not None else ()),
         )
 
     def _start_alerting(self, s: AppSettings) -> None:
@@ -179,7 +182,8 @@ class Ingress:
             await grpc_listener.stop()
         await cancel_and_wait(self._tasks)
         await self.pipeline.close()
-        await self.call_log.close(timeout_s=2.0)
+        if self.call_log is not None:
+            await self.call_log.close(timeout_s=2.0)
         if isinstance(self._quotas, ClusterQuotas):
             await self._quotas.close()
         await self._views.close()

@@ -74,7 +74,9 @@ class GpuPoolSettings(PoolSettings):
 class CallLogSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str | None = Field("var/calllog.jsonl", description="JSON-lines file (when no Redis).")
+    path: str | None = Field(
+        "var/calllog.jsonl", description="JSON-lines file (when no Redis). null with no "
+        "redis_url: no call log (answers still count in /v2/status and the metrics).")
     redis_url: str | None = Field(None, description="Write to a Redis stream instead.")
     max_queue: int = Field(10_000, ge=1, description="Records buffered before dropping.")
 

@@ -7,10 +7,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from deploy.usage import read_jsonl
 from router.calllog import CallLog, CallRecord, JsonlSink, build_call_log
+from tests.support.app import start_ingress, stop_ingress
+from tests.support.v2 import digits_body
 
 
 def rec(i: int, *, caller: str = "a", ts: float = 1_700_000_000.0) -> CallRecord:
@@ -149,3 +152,24 @@ async def test_a_steady_trickle_is_written_once_per_linger_not_once_per_record()
     await log.close()
     assert [r.request_id for r in sink.written] == [f"r{i}" for i in range(100)]
     assert len(sink.batches) <= 5, sink.batches  # per record it would be dozens of writes
+
+
+async def test_an_app_with_the_call_log_turned_off_serves_and_writes_none(
+        demo_repo_master, tmp_path) -> None:
+    """``call_log: {path: null}`` (no ``redis_url``) is the operator's off switch: the app
+    starts, answers, counts the answer in /v2/status, and writes no call log anywhere."""
+    ing = await start_ingress({
+        "repository": str(demo_repo_master), "state_dir": str(tmp_path / "state"),
+        "cpu_pool": {"placement": "ingress", "memory_budget_mb": 256},
+        "call_log": {"path": None}, "default_deadline_ms": 5000}, ready=("digits-small",))
+    try:
+        assert ing.call_log is None
+        transport = httpx.ASGITransport(app=ing.__serve_build_asgi_app__())
+        async with httpx.AsyncClient(transport=transport, base_url="http://ts") as c:
+            r = await c.post("/v2/models/digits-small/infer", json=digits_body())
+            assert r.status_code == 200, r.text
+            status = (await c.get("/v2/status")).json()
+    finally:
+        await stop_ingress(ing)
+    assert "digits-small" in json.dumps(status["models"])
+    assert not list(tmp_path.rglob("*.jsonl"))
