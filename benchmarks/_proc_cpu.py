@@ -15,9 +15,23 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["CpuMeter", "listening_pid", "process_cpu_s"]
+__all__ = ["CpuMeter", "cpu_model", "listening_pid", "process_cpu_s"]
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
+
+
+def cpu_model() -> str | None:
+    """The host's CPU model from ``/proc/cpuinfo`` (None where it is not there): ratios between
+    arms differ by CPU (the same code measured a hit at 2.6-3.0x stock on one 2-core host and
+    2.1-2.4x on another, docs/PERFORMANCE.md), so each run names its host."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return None
 
 
 def _listening_inodes(port: int) -> set[str]:

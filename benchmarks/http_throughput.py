@@ -79,7 +79,7 @@ from benchmarks._handle_load import handle_ratios, handle_runs
 from benchmarks._handle_load import latency_stats as _stats
 from benchmarks._http_client import LoadSpec, null_server, run_load
 from benchmarks._output import emit, stdout_to_stderr
-from benchmarks._proc_cpu import CpuMeter, listening_pid
+from benchmarks._proc_cpu import CpuMeter, cpu_model, listening_pid
 from benchmarks._serve_net import free_port, replica_port, wait_serving
 from benchmarks._stock import serve_stock, stock_app
 from deploy.ray_env import ENV, served_logging_config
@@ -390,8 +390,9 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
         "answers_match_stock": m["same"],
         "targets": checks,
         "meets_targets": all(v["met"] for k, v in checks.items() if not k.startswith("stretch")),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "torch": torch.__version__, "ray": m["ray"]},
+        "machine": {"cpus": os.cpu_count(), "cpu_model": cpu_model(),
+                    "python": platform.python_version(), "torch": torch.__version__,
+                    "ray": m["ray"]},
     }
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._overload_server import PATH, Server, infer_body, make_device_model
+from benchmarks._proc_cpu import cpu_model
 
 MIX = {"realtime": 0.2, "interactive": 0.5, "batch": 0.3}
 LEVELS = (1, 2, 3, 5)
@@ -262,7 +263,7 @@ def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any]
         "setup": {**_setup(args), "levels": list(LEVELS),
                   "server": "router.ingress.Ingress under uvicorn, in-process CPU pool; "
                             "Ray Serve's proxy not in the path",
-                  "cpus": os.cpu_count()},
+                  "cpus": os.cpu_count(), "cpu_model": cpu_model()},
         "capacity_rps": base["capacity_rps"],
         "edge": edge, "baseline": base,
         **{RAY_ARM_KEYS[m]: a for m, a in ray_arms.items()},
