@@ -1,4 +1,5 @@
-"""When a CPU pool runs a chunk on its event loop instead of its device thread (pure functions:
+"""When a CPU pool runs a chunk on its event loop instead of its device thread, and with how
+many intra-op threads a small chunk runs (pure functions:
 the pool's chunk runner, ``pool._private.chunk``, asks them; ``DeviceSpec.inline_ms`` and
 ``inline_bounded_only`` say what the settings mean), and whether an arrival at such an idle
 device waits for the rest of its event-loop tick (``TickGather``, kept by the worker).
@@ -22,10 +23,29 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "LONE_TICKS", "Arrival", "TickGather", "is_stall"]
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "LONE_TICKS", "ONE_THREAD_BELOW_S", "Arrival",
+           "TickGather", "intra_op_threads", "is_stall"]
 
 INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
 INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
+# A CPU chunk whose forward is estimated under this runs with one intra-op thread, inline or on
+# the device thread: a parallel region wakes torch's OpenMP pool, which under
+# OMP_WAIT_POLICY=PASSIVE (deploy.ray_env) made a 5-row, 64-wide linear layer take about 60 µs
+# instead of 5, and longer while the other cores were busy; that wake is over a tenth of work
+# this small (docs/PERFORMANCE.md, "The small forwards woke a second thread").
+ONE_THREAD_BELOW_S = 0.5e-3
+
+
+def intra_op_threads(forward_cpu_s: float, device_threads: int) -> int:
+    """Torch intra-op threads for a CPU chunk whose forward is estimated at ``forward_cpu_s``
+    of CPU (what a second thread could share: a model that sleeps has none to share).
+
+    >>> intra_op_threads(20e-6, 8)
+    1
+    >>> intra_op_threads(2e-3, 8)
+    8
+    """
+    return 1 if forward_cpu_s < ONE_THREAD_BELOW_S else device_threads
 
 
 def is_stall(took_s: float, inline_cpu_s: float | None, inline_s: float, *,

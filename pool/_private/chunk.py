@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.inline import INLINE_AFTER_RUNS, INLINE_STALL, is_stall
+from policies.inline import INLINE_AFTER_RUNS, INLINE_STALL, intra_op_threads, is_stall
 from policies.priority import Priority
 from pool._private.bounded import why_unbounded
 from pool._private.queue import ModelQueue, Pending
@@ -28,19 +28,11 @@ from pool.config import ModelConfig
 from pool.device import DeviceSpec
 from pool.types import Rows
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "ONE_THREAD_BELOW_S", "Batch", "BatchBuilder",
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "Batch", "BatchBuilder",
            "join_rows", "name_outputs", "run_on_cpu", "warm_up", "warmed_loader", "with_threads"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-# A CPU chunk estimated under this runs with one intra-op thread, wherever it runs: a parallel
-# region wakes torch's OpenMP pool, which under OMP_WAIT_POLICY=PASSIVE (deploy.ray_env) made a
-# 5-row, 64-wide linear layer take about 60 µs instead of 5, and longer while the other cores
-# were busy; that wake is over a tenth of work this small (docs/PERFORMANCE.md, "The small
-# forwards woke a second thread").
-ONE_THREAD_BELOW_S = 0.5e-3
-
 
 
 @dataclass(slots=True)
@@ -102,9 +94,8 @@ class BatchBuilder:
         b = Batch(name, entry, parts, priority, swap, self.tiers.module(name), args, rows,
                   work_s, now, alone)
         if self.device.kind == "cpu":
-            # By the forward's CPU: what a second thread could share (a model that sleeps has
-            # nothing to share). Unmeasured, the cold default, 2 ms a row: the device's count.
-            b.threads = 1 if self._forward_s(b, cpu=True) < ONE_THREAD_BELOW_S else self.threads
+            # (unmeasured, the estimate is the cold default, 2 ms a row: the device's count)
+            b.threads = intra_op_threads(self._forward_s(b, cpu=True), self.threads)
         return b
 
     def _forward_s(self, b: Batch, *, cpu: bool) -> float:

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
+from policies.inline import ONE_THREAD_BELOW_S
 from policies.priority import Priority
 from pool import ModelKey
-from pool._private.chunk import ONE_THREAD_BELOW_S
 from pool._private.worker import INLINE_AFTER_RUNS, DeviceWorker
 from pool.device import DeviceSpec
 from tests.support.pool import config
