@@ -51,7 +51,7 @@ from router.grpc_v2.service import InferenceService
 from router.http import build_http_app
 from router.http_infer import InferEndpoint
 from router.listener import LISTENER_METRIC, start_listener
-from router.pipeline import Pipeline, PipelineConfig
+from router.pipeline import Pipeline, PipelineConfig, Recorder
 from router.pool_client import LocalPoolClient, PoolClient, RemotePoolClient
 from router.pool_load import PoolLoads
 from router.schemas import MAX_REQUESTS_PER_CALL, InferenceRequest, InferenceResponse
@@ -144,6 +144,14 @@ class Ingress:
         make: Callable[..., Pipeline] = (
             functools.partial(TracedPipeline, tracer=RequestTracer(self.telemetry.tracer))
             if self.telemetry.tracing else Pipeline)
+        # Timeshare's request histograms only where something collects them
+        # (``prometheus_port``); alert counters and /v2/status always; the call log unless the
+        # operator turned it off.
+        recorders: list[Recorder] = [self.counters, self.model_stats]
+        if self.telemetry.histograms_exported:
+            recorders.insert(0, TelemetryRecorder(self.telemetry))
+        if self.call_log is not None:
+            recorders.append(CallLogRecorder(self.call_log))
         return make(
             self.catalog, self._pools,
             config=PipelineConfig(default_deadline_ms=s.default_deadline_ms,
@@ -155,12 +163,7 @@ class Ingress:
             cache=self.cache, breakers=self.breakers,
             quotas=self._quotas,
             load=self._load.get,
-            # Timeshare's request histograms only where something collects them
-            # (``prometheus_port``); alert counters and /v2/status always; the call log unless
-            # the operator turned it off.
-            recorders=((TelemetryRecorder(self.telemetry),) if self.telemetry.histograms_exported
-                       else ()) + (self.counters, self.model_stats)
-            + ((CallLogRecorder(self.call_log),) if self.call_log is not None else ()),
+            recorders=recorders,
         )
 
     def _start_alerting(self, s: AppSettings) -> None:
