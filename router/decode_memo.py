@@ -7,8 +7,10 @@ remembered by them. Only bodies whose answer *was* a cache hit are remembered: a
 never-repeated body is decoded every time, as before, and costs one dictionary lookup more.
 
 What stays per request: the ``InferenceRequest`` (request id, caller key, arrival, shed mark), the
-cache lookup itself (TTL, version, tiers), quotas, accounting and labels. Each caller gets its own
-writable copies of the input arrays; the remembered ones are read-only and never handed out.
+cache lookup itself (TTL, version, tiers), quotas, accounting and labels. The remembered input
+arrays are read-only and every caller gets them, not copies (a copy per hit was about 4 % of a
+hit's CPU, docs/PERFORMANCE.md): a hit only reads them (the cache key, the bytes counted), and a
+request that goes on to compute gets writable arrays from ``router.validation.validate_inputs``.
 Bounded: at most ``max_entries`` bodies of at most ``max_body_bytes`` each, oldest out first.
 """
 
@@ -40,9 +42,8 @@ class DecodeMemo:
         if found is None:
             return decode_infer_request(body, header_length)
         # built directly: dataclasses.replace walks the fields first (2.7 % of a hit's loop
-        # time in a sampling profile)
-        return DecodedRequest(request_id=found.request_id,
-                              inputs={k: v.copy() for k, v in found.inputs.items()},
+        # time in a sampling profile); the arrays are the remembered read-only ones
+        return DecodedRequest(request_id=found.request_id, inputs=dict(found.inputs),
                               parameters=dict(found.parameters), outputs=found.outputs,
                               binary_all=found.binary_all)
 

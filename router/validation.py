@@ -115,7 +115,11 @@ _all = np.logical_and.reduce
 
 def validate_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray]
                     ) -> dict[str, np.ndarray]:
-    """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge."""
+    """Return the inputs cast to the config's dtypes, or raise InvalidRequest/PayloadTooLarge.
+
+    The arrays returned are C-contiguous and writable, so a model may compute in place: a
+    read-only input (a remembered body's, ``router.decode_memo``; one Ray mapped from its object
+    store) is copied."""
     _, names, specs, _ = _plan(config)
     if inputs.keys() != names:
         raise _name_error(config, inputs)
@@ -148,5 +152,6 @@ def validate_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray]
         batch = n
         if arr.dtype.kind == "f" and not _all(np.isfinite(arr), axis=None):
             raise InvalidRequest(f"{field}: expected finite numbers, got NaN or inf", field=field)
-        out[spec.name] = np.ascontiguousarray(arr)
+        out[spec.name] = (np.ascontiguousarray(arr) if arr.flags.writeable
+                          else np.array(arr, order="C"))
     return out

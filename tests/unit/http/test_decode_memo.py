@@ -9,9 +9,11 @@ import httpx
 import numpy as np
 import pytest
 
+from pool.config import ModelConfig, TensorSpec
 from router.decode_memo import DecodeMemo
 from router.errors import InvalidRequest
 from router.v2 import decode_infer_request
+from router.validation import validate_inputs
 
 PIXELS = np.linspace(-1, 1, 64).round(3).tolist()
 
@@ -41,16 +43,30 @@ def test_only_exact_cache_hits_are_remembered():
     assert len(memo) == 1
 
 
-def test_a_remembered_body_decodes_as_before_with_private_writable_arrays():
+def test_a_remembered_body_decodes_as_before_with_read_only_arrays():
     memo, raw = DecodeMemo(), body(priority="realtime")
     memo.answered(raw, None, decode_infer_request(raw, None), "memory")
     first, second = memo.decode(raw, None), memo.decode(raw, None)
     assert same(first, decode_infer_request(raw, None))
-    first.inputs["pixels"][0, 0] = 99.0  # one caller's copy is its own
-    first.parameters["priority"] = "batch"
+    with pytest.raises(ValueError, match="read-only"):  # no caller can change the entry
+        first.inputs["pixels"][0, 0] = 99.0
+    first.parameters["priority"] = "batch"  # one caller's dicts are its own
+    first.inputs.pop("pixels")
     assert same(second, decode_infer_request(raw, None))
     assert same(memo.decode(raw, None), decode_infer_request(raw, None))
-    assert first.inputs["pixels"].flags.writeable
+
+
+def test_a_remembered_body_that_computes_gets_writable_inputs():
+    memo, raw = DecodeMemo(), body()
+    memo.answered(raw, None, decode_infer_request(raw, None), "memory")
+    shared = memo.decode(raw, None).inputs
+    cfg = ModelConfig(name="m", inputs=[TensorSpec(name="pixels", dtype="FP32",
+                                                   shape=[64])],
+                      outputs=[TensorSpec(name="y", dtype="FP32", shape=[1])])
+    valid = validate_inputs(cfg, shared)
+    assert valid["pixels"].flags.writeable and valid["pixels"].flags.c_contiguous
+    valid["pixels"][0, 0] = 99.0  # a model computing in place changes only its own copy
+    assert same(memo.decode(raw, None), decode_infer_request(raw, None))
 
 
 def test_binary_bodies_are_keyed_by_their_header_length_too():
