@@ -74,6 +74,47 @@ async def test_listener_serves_counts_and_drains_on_stop() -> None:
         await _get(port)
 
 
+async def _exchange(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """A keep-alive connection that has sent one request; returns the answer's bytes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    return reader, writer, head + await asyncio.wait_for(reader.readexactly(1), 5)
+
+
+async def test_idle_keep_alive_connections_close_and_busy_ones_stay() -> None:
+    """The sweep closes a connection idle for keep_alive_s (within a sweep period), never one
+    whose request is still being answered, and a connection that sends again is in use."""
+    port = _free_port()
+    app = _App("a")
+    listener = await start_listener(app, ListenerSettings(port=port, keep_alive_s=0.3))
+    assert listener is not None
+    try:
+        reader, writer, answer = await _exchange(port)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"a")
+        # kept open while it keeps sending: three requests 0.2 s apart (each under 0.3 s idle)
+        for _ in range(3):
+            await asyncio.sleep(0.2)
+            writer.write(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert await asyncio.wait_for(reader.readexactly(1), 5) == b"a"
+        assert await asyncio.wait_for(reader.read(1), 2) == b""  # then idle: closed
+        # a request held for 1 s (over keep_alive_s) is answered on its connection
+        app.release.clear()
+        app.entered.clear()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
+        await asyncio.wait_for(app.entered.wait(), 5)
+        await asyncio.sleep(1.0)
+        app.release.set()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert await asyncio.wait_for(reader.readexactly(1), 5) == b"a"
+        writer.close()
+    finally:
+        await listener.stop()
+
+
 async def test_two_replicas_share_one_port() -> None:
     """SO_REUSEPORT: a second ingress replica on the node binds the same port; both serve."""
     port = _free_port()
