@@ -1,5 +1,6 @@
 import numpy as np
 
+from router.cache._private import keys
 from router.cache._private.keys import cache_key, input_digest
 
 
@@ -51,3 +52,47 @@ def test_no_ambiguity_between_names_and_values():
 def test_full_key_is_readable():
     key = cache_key("ts:rc:", "digits", "3", {"x": np.array([1])})
     assert key.startswith("ts:rc:digits@3:") and len(key.split(":")[-1]) == 64
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr = arr.copy()
+    arr.flags.writeable = False
+    return arr
+
+
+def test_inputs_that_cannot_change_are_remembered_and_read_the_same():
+    x = _frozen(np.arange(8, dtype=np.float32))
+    first = d({"x": x})
+    assert first == d({"x": np.arange(8, dtype=np.float32)})  # the same as hashing afresh
+    assert any(arrays[0] is x for arrays, _ in keys._IMMUTABLE_DIGESTS.values())
+    assert d({"x": x}) == first
+    assert d({"x": x}, model="other") != first  # model and version stay in the memo's key
+
+
+def test_inputs_that_can_change_are_hashed_every_time():
+    writable = np.arange(4, dtype=np.float32)
+    before = d({"x": writable})
+    writable[0] = 9.0
+    assert d({"x": writable}) != before
+    base = np.arange(4, dtype=np.float32)
+    view = base[:]  # read-only view of a writable base: changes through the base
+    view.flags.writeable = False
+    before = d({"x": view})
+    base[0] = 9.0
+    assert d({"x": view}) != before
+    remembered = [a for arrays, _ in keys._IMMUTABLE_DIGESTS.values() for a in arrays]
+    assert not any(a is writable or a is view for a in remembered)
+
+
+def test_the_memo_is_bounded(monkeypatch):
+    monkeypatch.setattr(keys, "IMMUTABLE_DIGESTS_MAX", 3)
+    monkeypatch.setattr(keys, "_IMMUTABLE_DIGESTS", {})
+    arrays = [_frozen(np.array([i])) for i in range(5)]
+    for a in arrays:
+        d({"x": a})
+    assert len(keys._IMMUTABLE_DIGESTS) == 3
+    held = [a for arrs, _ in keys._IMMUTABLE_DIGESTS.values() for a in arrs]
+    assert all(any(h is a for h in held) for a in arrays[2:])  # oldest out first
+    big = _frozen(np.zeros(keys.IMMUTABLE_MAX_BYTES // 8 + 1))
+    d({"x": big})
+    assert not any(a is big for arrs, _ in keys._IMMUTABLE_DIGESTS.values() for a in arrs)
