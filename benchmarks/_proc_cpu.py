@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CpuMeter", "cpu_model", "listening_pid", "process_cpu_s"]
+__all__ = ["CpuMeter", "cpu_model", "listening_pid", "process_cpu_s", "thread_cpu_s",
+           "thread_shares"]
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -80,6 +82,35 @@ def process_cpu_s(pid: int) -> float | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; fields start at state
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """Per thread of ``pid``: its name (``comm``) and user plus system CPU seconds so far."""
+    out: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = stat[stat.index("(") + 1: stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def thread_shares(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                  wall_s: float, top: int = 8) -> list[dict[str, Any]]:
+    """The busiest threads between two :func:`thread_cpu_s` readings, as shares of one core."""
+    used = [(tid, name, cpu - before.get(tid, (name, 0.0))[1])
+            for tid, (name, cpu) in after.items()]
+    used.sort(key=lambda t: -t[2])
+    return [{"tid": tid, "name": name, "core_share": round(cpu / wall_s, 3)}
+            for tid, name, cpu in used[:top] if cpu > 0]
 
 
 class CpuMeter:

@@ -11,6 +11,11 @@ the ingress replica and the Serve proxy with ``py-spy record`` (``--idle`` off: 
 so the shares are of CPU time). Prints, per process, the share of samples whose stack passes
 through each of a fixed list of request-path markers (inclusive) and the top leaf functions.
 Needs ``pip install py-spy`` and ptrace rights (root, or ``kernel.yama.ptrace_scope=0``).
+
+``--threads`` records no stacks: it reads each thread's CPU time from ``/proc`` over the same
+window and reports the busiest threads of each process as shares of one core, with the
+process's CPU per answer. py-spy counts a thread that is runnable but waiting for a core as
+busy; this is the kernel's own account, and nothing is attached to the processes.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import numpy as np
 
 from benchmarks._http_client import LoadSpec, run_load
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._proc_cpu import thread_cpu_s, thread_shares
 from benchmarks._serve_net import free_port
 from benchmarks.http_throughput import _body, _ray_env, _repository
 
@@ -139,6 +145,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         fut = client.submit(run_load, spec)
         time.sleep(2.0)
         outs = {name: tmp / f"{name}.txt" for name, p in procs.items() if p}
+        threads: dict[str, Any] = {}
+        if args.threads:
+            before = {name: thread_cpu_s(p[0]) for name, p in procs.items() if p}
+            t0 = time.monotonic()
+            time.sleep(args.seconds)
+            wall = time.monotonic() - t0
+            threads = {name: thread_shares(before[name], thread_cpu_s(procs[name][0]), wall)
+                       for name in before}
+            outs = {}
         recs = {name: _record(procs[name][0], args.seconds, out) for name, out in outs.items()}
         for rec in recs.values():
             rec.wait()
@@ -160,7 +175,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "warm_n": len(warm["latencies_s"]),
             "load": {"n": int(lat.size), "rps": round(lat.size / spec.duration_s, 1),
                      "p50_ms": round(float(np.percentile(lat, 50)), 3) if lat.size else None},
-            "profiles": profiles}
+            "profiles": profiles, "threads": threads}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -172,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hit", action="store_true", help="cache hits instead of cache bypass")
     p.add_argument("--listener", action="store_true",
                    help="drive Timeshare's own listener port instead of Serve's")
+    p.add_argument("--threads", action="store_true",
+                   help="per-thread CPU shares from /proc instead of py-spy stacks")
     p.add_argument("--svg-dir", help="keep the collapsed stacks here (for flamegraph tools)")
     p.add_argument("--ray-env", action="append", default=[], metavar="KEY=VALUE",
                    help="on top of deploy.ray_env's settings (make serve's), as http_throughput")
