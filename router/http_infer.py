@@ -26,6 +26,7 @@ from router.frontend import Frontend
 from router.schemas import CacheControl, InferenceRequest
 from router.v2 import (
     HEADER_LENGTH,
+    JSON_HEADERS,
     DecodedRequest,
     check_bool,
     decode_infer_request,
@@ -193,6 +194,9 @@ def infer_headers(scope: Scope) -> dict[str, str]:
     return found
 
 
+_JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+
+
 async def _no_receive() -> MutableMapping[str, Any]:  # the body was read by the edge
     return {"type": "http.disconnect"}
 
@@ -232,7 +236,11 @@ class InferEndpoint:
             body500 = {"error": f"internal error ({type(e).__name__})", "type": "TimeshareError"}
             await JSONResponse(body500, status_code=500)(scope, _no_receive, send)
             return
-        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        raw.append((b"content-length", str(len(payload)).encode()))
+        if headers is JSON_HEADERS:  # every JSON answer: no per-answer encoding of the names
+            raw = [_JSON_CONTENT_TYPE, (b"content-length", str(len(payload)).encode())]
+        else:
+            raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                   for k, v in headers.items()]
+            raw.append((b"content-length", str(len(payload)).encode()))
         await send({"type": "http.response.start", "status": 200, "headers": raw})
         await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -112,6 +112,9 @@ class CoalescingTransport:
         self._held.clear()
         self._transport.abort()
 
+    def is_closing(self) -> bool:  # once per answer (uvicorn): not through __getattr__
+        return self._transport.is_closing()
+
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(len(b) for b in self._held)
 

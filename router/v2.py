@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,8 @@ from router.errors import InvalidRequest
 from router.schemas import InferenceResponse
 from router.validation import cast_checked
 
-__all__ = ["DecodedRequest", "decode_infer_request", "encode_infer_response", "model_metadata",
+__all__ = ["JSON_HEADERS", "DecodedRequest", "decode_infer_request", "encode_infer_response",
+           "model_metadata",
            "route_metadata", "parse_decimal", "check_bool", "check_requested",
            "response_parameters", "wire_dtype"]
 
@@ -226,9 +229,14 @@ def wire_dtype(arr: np.ndarray) -> str:
     return _NP_TO_WIRE.get(arr.dtype) or _NAME_TO_WIRE.get(arr.dtype.name, "FP32")
 
 
+# The headers of every all-JSON answer: one shared mapping, read-only (a caller that adds
+# headers copies it first)
+JSON_HEADERS: Mapping[str, str] = MappingProxyType({"content-type": "application/json"})
+
+
 def encode_infer_response(
     response: InferenceResponse, decoded: DecodedRequest
-) -> tuple[bytes, dict[str, str]]:
+) -> tuple[bytes, Mapping[str, str]]:
     """Build the v2 response body (JSON, or JSON header + binary tensors) and headers."""
     wanted = dict(decoded.outputs) if decoded.outputs is not None else None
     if wanted is not None:
@@ -260,7 +268,7 @@ def encode_infer_response(
         doc["id"] = decoded.request_id
     head = _dumps(doc, finite)
     if not blobs:
-        return head, {"content-type": "application/json"}
+        return head, JSON_HEADERS
     return head + b"".join(blobs), {
         "content-type": "application/octet-stream",
         "Inference-Header-Content-Length": str(len(head)),
