@@ -5,20 +5,25 @@ Used by ``benchmarks.overload_http --ray``: the app as ``serve run`` builds it
 ``max_queued_requests`` from ``edge`` settings, the CPU pool in the ingress), on a local Ray
 instance started here and stopped after. The client is the same open-loop process; every answer
 carries the edge's ``Server-Timing: edge;dur=``, so the time spent in front of the edge (client,
-loopback, Ray's proxy and its queue, the replica's ASGI bridge) is measured per request.
+loopback, Ray's proxy and its queue, the replica's ASGI bridge) is measured per request. Each
+level also reports where the host's CPU went (``cpu``: the ingress replica's and the proxy's
+cores, from ``/proc``).
 """
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from benchmarks._overload_server import DEVICE_MODEL, PATH, infer_body
+from benchmarks._proc_cpu import host_cpu_s, thread_cpu_s, thread_shares
 
 __all__ = ["run_ray_arm"]
 
@@ -42,6 +47,34 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
             pass
         time.sleep(0.5)
     raise RuntimeError("Ray Serve app not ready")
+
+
+def _pids(pattern: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], check=False, capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _metered(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s level summary with where the host's CPU went meanwhile (``cpu``): cores used
+    by the ingress replica and by Serve's proxy (their busiest threads too), and the host's
+    busy share of all its cores (the rest: the client, Ray's own processes)."""
+    procs = {"ingress": _pids("ServeReplica:timeshare:Ingress"), "proxy": _pids("ProxyActor")}
+    pids = {name: found[0] for name, found in procs.items() if len(found) == 1}
+    before = {name: thread_cpu_s(pid) for name, pid in pids.items()}
+    host0, t0 = host_cpu_s(), time.monotonic()
+    out = run()
+    wall = time.monotonic() - t0
+    host1 = host_cpu_s()
+    cpu: dict[str, Any] = {}
+    for name, pid in pids.items():
+        after = thread_cpu_s(pid)
+        used = sum(c for _, c in after.values()) - sum(c for _, c in before[name].values())
+        cpu[name] = {"cores": round(used / wall, 3),
+                     "threads": thread_shares(before[name], after, wall, top=3)}
+    if host0 is not None and host1 is not None and host1[1] > host0[1]:
+        cpu["host_busy_share"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
+    return {**out, "cpu": cpu}
 
 
 def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
@@ -94,7 +127,8 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             "ray_env": dict(ray_env or {}), "path": path,
             "ingress_max_ongoing_requests": edge.ingress_max_ongoing_requests,
             "ingress_max_queued_requests": edge.ingress_max_queued_requests,
-            "levels": {f"{m}x": run_level(port, m * capacity, m) for m in levels}}
+            "levels": {f"{m}x": _metered(partial(run_level, port, m * capacity, m))
+                       for m in levels}}
     finally:
         try:
             serve.shutdown()

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuMeter", "cpu_model", "listening_pid", "process_cpu_s", "thread_cpu_s",
-           "thread_shares"]
+__all__ = ["CpuMeter", "cpu_model", "host_cpu_s", "listening_pid", "process_cpu_s",
+           "thread_cpu_s", "thread_shares"]
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -111,6 +111,19 @@ def thread_shares(before: dict[int, tuple[str, float]], after: dict[int, tuple[s
     used.sort(key=lambda t: -t[2])
     return [{"tid": tid, "name": name, "core_share": round(cpu / wall_s, 3)}
             for tid, name, cpu in used[:top] if cpu > 0]
+
+
+def host_cpu_s() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole host so far, from ``/proc/stat`` (None: no
+    ``/proc``). Busy is everything but idle and I/O wait."""
+    try:
+        line = Path("/proc/stat").read_text().split("\n", 1)[0]
+    except OSError:
+        return None
+    ticks = [int(v) for v in line.split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / tick, sum(ticks) / tick
 
 
 class CpuMeter:
