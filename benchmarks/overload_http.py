@@ -12,7 +12,8 @@ Behind Ray (``--ray-modes``, every level, the same schedules; the app as ``serve
 it, ``benchmarks._overload_ray``): ``proxy`` (Serve's proxy in front, Ray's default settings),
 ``listener`` (Timeshare's own listener in the ingress replica, ``router.listener``, with the
 settings ``make serve`` uses, ``deploy.ray_env``) and, on request, ``direct`` (those settings
-with Serve's direct ingress: the client on the ingress replica's own port).
+with Serve's direct ingress: the client on the ingress replica's own port) and ``proxy_served``
+(Serve's proxy under those settings: the proxy as ``make serve`` runs it).
 
 Two arms, the same arrival schedules: ``baseline`` (``edge.enabled: false``: today's behaviour)
 and ``edge``. Traffic: 20 % realtime, 50 % interactive, 30 % batch, deadline 500 ms, the priority
@@ -174,18 +175,19 @@ def targets(arm: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
     return out
 
 
-RAY_MODES = ("proxy", "listener", "direct")
+RAY_MODES = ("proxy", "listener", "direct", "proxy_served")
 # the two paths issue 38's targets name: behind Ray's proxy and behind Timeshare's listener
 TARGET_RAY_MODES = ("proxy", "listener")
 RAY_ARM_KEYS = {"proxy": "edge_behind_ray_proxy", "listener": "edge_behind_ray_listener",
-                "direct": "edge_behind_ray_direct_ingress"}
+                "direct": "edge_behind_ray_direct_ingress",
+                "proxy_served": "edge_behind_ray_proxy_served_settings"}
 
 
 def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
     from benchmarks._overload_ray import run_ray_arm
     from deploy.ray_env import ENV
 
-    env = {"proxy": {}, "listener": dict(ENV),
+    env = {"proxy": {}, "listener": dict(ENV), "proxy_served": dict(ENV),
            "direct": {**ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}}[mode]
     try:
         return run_ray_arm(
@@ -218,8 +220,10 @@ def _parse_args() -> argparse.Namespace:
                     default=list(TARGET_RAY_MODES),
                     help="Behind Ray: 'proxy' (Serve's proxy, Ray's default settings), "
                          "'listener' (Timeshare's listener in the ingress replica, the settings "
-                         "`make serve` uses) and/or 'direct' (those settings with Serve's direct "
-                         "ingress: the client on the replica's own port; not a target).")
+                         "`make serve` uses), 'direct' (those settings with Serve's direct "
+                         "ingress: the client on the replica's own port; not a target) and/or "
+                         "'proxy_served' (Serve's proxy under the settings `make serve` uses; "
+                         "not a target).")
     ap.add_argument("--ray-only", type=float, default=None, metavar="CAPACITY_RPS",
                     help="Run only the Ray arms, at this capacity (from an earlier full run).")
     ap.add_argument("--edge-json", dest="edge_overrides", type=json.loads,
