@@ -151,11 +151,17 @@ def _with_retry_after(send: Send, seconds: int) -> Send:
     return wrapped
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+# The request headers the edge reads, found in one pass over the raw list (the first of each)
+_EDGE_HEADERS = frozenset({b"content-length", b"inference-header-content-length",
+                           b"timeshare-priority", b"x-priority", b"timeshare-deadline-ms"})
+
+
+def _edge_headers(scope: Scope) -> dict[bytes, str]:
+    found: dict[bytes, str] = {}
     for k, v in scope.get("headers", ()):
-        if k == name:
-            return v.decode("latin-1")
-    return None
+        if k in _EDGE_HEADERS and k not in found:
+            found[k] = v.decode("latin-1")
+    return found
 
 
 def _is_infer(scope: Scope) -> bool:
@@ -323,15 +329,16 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         self.loop_load.touch()
+        headers = _edge_headers(scope)
         try:
-            body = await self._read(scope, receive, arrived)
-            priority = self._priority(scope, body)
+            body = await self._read(headers, receive, arrived)
+            priority = self._priority(headers, body)
         except _Refused as r:
             self.state.count(f"refused:{r.args4[0]}")
             await _respond(send, *r.args4)
             return
         verdict = self.gate.decide(priority, elapsed_s=self.clock() - arrived,
-                                   deadline_s=self._deadline_s(scope, body))
+                                   deadline_s=self._deadline_s(headers, body))
         if verdict is ADMITTED:
             await self._forward(scope, receive, send, body, priority, arrived)
         elif verdict.refused is not None:
@@ -383,8 +390,8 @@ class EdgeMiddleware:
             return
         await self.app(scope, replay, timed)
 
-    def _priority(self, scope: Scope, body: bytes) -> Priority:
-        raw = _header(scope, b"timeshare-priority") or _header(scope, b"x-priority")
+    def _priority(self, headers: dict[bytes, str], body: bytes) -> Priority:
+        raw = headers.get(b"timeshare-priority") or headers.get(b"x-priority")
         if raw is not None:
             try:
                 return parse_priority(int(raw) if _decimal(raw.strip()) is not None else raw)
@@ -394,8 +401,8 @@ class EdgeMiddleware:
         found = sniff_priority(body)  # not `or`: REALTIME is 0, which is falsy
         return found if found is not None else Priority.default()
 
-    def _deadline_s(self, scope: Scope, body: bytes) -> float:
-        raw = _header(scope, b"timeshare-deadline-ms")
+    def _deadline_s(self, headers: dict[bytes, str], body: bytes) -> float:
+        raw = headers.get(b"timeshare-deadline-ms")
         ms: float | None = None
         if raw is not None:
             try:
@@ -405,14 +412,14 @@ class EdgeMiddleware:
         ms = ms if ms and ms > 0 else sniff_deadline_ms(body)
         return ms / 1000.0 if ms else self.default_deadline_s
 
-    async def _read(self, scope: Scope, receive: Receive, arrived: float) -> bytes:
+    async def _read(self, headers: dict[bytes, str], receive: Receive, arrived: float) -> bytes:
         """The whole body, or :class:`_Refused` (413 size, 400 depth, 408 slow, 503 readers)."""
         limit = self.max_body_bytes
-        length = _decimal(_header(scope, b"content-length"))
+        length = _decimal(headers.get(b"content-length"))
         if length is not None and length > limit:
             raise _Refused(413, f"body: {length} bytes exceeds the limit of {limit}",
                            "PayloadTooLarge", "body")
-        hl = _decimal(_header(scope, b"inference-header-content-length"))
+        hl = _decimal(headers.get(b"inference-header-content-length"))
         json_len = hl if hl is not None else length
         cap = self.settings.max_json_bytes
         if json_len is not None and json_len > cap:
