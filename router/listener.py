@@ -127,7 +127,7 @@ class _Protocol(HttpToolsProtocol):
     keep-alive timeout kept by the listener's sweep instead of a timer per answer.
 
     uvicorn arms a loop timer (``call_later``) after every answer and cancels it when the next
-    request's bytes arrive: two timer operations per request, about 4 % of a cache hit's CPU
+    request's bytes arrive: two timer operations per request, a few per cent of a cache hit's CPU
     (docs/PERFORMANCE.md). Here an answer only notes when the connection fell idle; the sweep
     (:meth:`Listener._sweep`, every ``KEEP_ALIVE_SWEEP_S`` at most) closes the connections idle
     for ``keep_alive_s``, as uvicorn's timer would, up to one sweep period later."""
