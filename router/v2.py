@@ -26,8 +26,7 @@ from router.schemas import InferenceResponse
 from router.validation import cast_checked
 
 __all__ = ["JSON_HEADERS", "DecodedRequest", "decode_infer_request", "encode_infer_response",
-           "model_metadata",
-           "route_metadata", "parse_decimal", "check_bool", "check_requested",
+           "model_metadata", "route_metadata", "parse_decimal", "check_bool", "check_requested",
            "response_parameters", "wire_dtype"]
 
 HEADER_LENGTH = "inference-header-content-length"
