@@ -66,11 +66,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class InferHandler(Protocol):
-    """Answers a plain v2 infer request from the body the edge read (``router.http_infer``)."""
+    """Answers a plain v2 infer request from the body the edge read (``router.http_infer``):
+    status, a fresh raw header list the edge adds its own to, and the body; the edge sends
+    them."""
 
     def match(self, scope: Scope) -> tuple[str, str | None] | None: ...
-    async def __call__(self, scope: Scope, name: str, version: str | None, body: bytes,
-                       send: Send) -> None: ...
+    async def respond(self, scope: Scope, name: str, version: str | None, body: bytes
+                      ) -> tuple[int, list[tuple[bytes, bytes]], bytes]: ...
 
 
 class EdgeSettings(BaseModel):
@@ -362,7 +364,17 @@ class EdgeMiddleware:
     async def _app(self, scope: Scope, body: bytes, receive: Receive, send: Send,
                    arrived: float) -> None:
         """The app, with the body already read replayed to it; a plain infer request goes
-        straight to the ``infer`` handler with the body (no routing, no replay)."""
+        straight to the ``infer`` handler with the body (no routing, no replay), and the edge
+        sends its answer (no wrapper around ``send``: 3-4 % of a cache hit's CPU)."""
+        target = self.infer.match(scope) if self.infer is not None else None
+        if target is not None:
+            assert self.infer is not None
+            status, headers, payload = await self.infer.respond(scope, target[0], target[1],
+                                                                body)
+            headers.append((b"server-timing", self._timing(arrived)))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload, "more_body": False})
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -373,9 +385,8 @@ class EdgeMiddleware:
             return await receive()
 
         async def timed(msg: Message) -> None:
-            if msg["type"] == "http.response.start":  # the time spent from arrival, so a
-                # client can tell it apart from the hops in front of the edge (Ray's proxy)
-                dur = f"edge;dur={(self.clock() - arrived) * 1e3:.2f}".encode()
+            if msg["type"] == "http.response.start":
+                dur = self._timing(arrived)
                 headers = msg.get("headers")  # appended in place, as Starlette's MutableHeaders
                 if isinstance(headers, list):  # does: the sender built this message for us
                     headers.append((b"server-timing", dur))
@@ -383,12 +394,12 @@ class EdgeMiddleware:
                     msg = {**msg, "headers": [*(headers or ()), (b"server-timing", dur)]}
             await send(msg)
 
-        target = self.infer.match(scope) if self.infer is not None else None
-        if target is not None:
-            assert self.infer is not None
-            await self.infer(scope, target[0], target[1], body, timed)
-            return
         await self.app(scope, replay, timed)
+
+    def _timing(self, arrived: float) -> bytes:
+        """``Server-Timing`` value: the time spent from arrival, so a client can tell it apart
+        from the hops in front of the edge (Ray's proxy)."""
+        return f"edge;dur={(self.clock() - arrived) * 1e3:.2f}".encode()
 
     def _priority(self, headers: dict[bytes, str], body: bytes) -> Priority:
         raw = headers.get(b"timeshare-priority") or headers.get(b"x-priority")

@@ -197,8 +197,12 @@ def infer_headers(scope: Scope) -> dict[str, str]:
 _JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 
 
-async def _no_receive() -> MutableMapping[str, Any]:  # the body was read by the edge
-    return {"type": "http.disconnect"}
+# What an infer answer is made of: status, raw headers (a fresh list), body
+InferReply = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def _json_reply(resp: JSONResponse) -> InferReply:
+    return resp.status_code, list(resp.raw_headers), bytes(resp.body)
 
 
 class InferEndpoint:
@@ -211,8 +215,10 @@ class InferEndpoint:
 
     match = staticmethod(match_infer)
 
-    async def __call__(self, scope: Scope, name: str, version: str | None, body: bytes,
-                       send: Send) -> None:
+    async def respond(self, scope: Scope, name: str, version: str | None, body: bytes
+                      ) -> InferReply:
+        """The answer to send: status, a fresh raw header list (the caller may add to it) and
+        the body. Every error is an answer here too (the app's error shape), never raised."""
         try:
             check_name("model", name)
             check_name("version", version)
@@ -229,18 +235,22 @@ class InferEndpoint:
             payload, headers = encode_infer_response(response, decoded)
             self.memo.answered(body, length, decoded, response.cache)
         except TimeshareError as e:
-            await JSONResponse(e.to_dict(), status_code=e.status_code)(scope, _no_receive, send)
-            return
+            return _json_reply(JSONResponse(e.to_dict(), status_code=e.status_code))
         except Exception as e:  # a bug: still the app's error shape, as FastAPI's handler does
             log.exception("unhandled error on POST %s", scope.get("path"))
             body500 = {"error": f"internal error ({type(e).__name__})", "type": "TimeshareError"}
-            await JSONResponse(body500, status_code=500)(scope, _no_receive, send)
-            return
+            return _json_reply(JSONResponse(body500, status_code=500))
         if headers is JSON_HEADERS:  # every JSON answer: no per-answer encoding of the names
             raw = [_JSON_CONTENT_TYPE, (b"content-length", str(len(payload)).encode())]
         else:
             raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                    for k, v in headers.items()]
             raw.append((b"content-length", str(len(payload)).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        return 200, raw, payload
+
+    async def __call__(self, scope: Scope, name: str, version: str | None, body: bytes,
+                       send: Send) -> None:
+        """:meth:`respond`, sent."""
+        status, headers, payload = await self.respond(scope, name, version, body)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})

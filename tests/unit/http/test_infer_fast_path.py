@@ -57,9 +57,9 @@ CASES: list[tuple[str, Any]] = [
 class CountingEndpoint(InferEndpoint):
     calls = 0
 
-    async def __call__(self, scope, name, version, body, send) -> None:
+    async def respond(self, scope, name, version, body):
         type(self).calls += 1
-        await super().__call__(scope, name, version, body, send)
+        return await super().respond(scope, name, version, body)
 
 
 def _strip(r: httpx.Response) -> tuple[int, str, Any]:
