@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 256  # model, route and version names longer than this are refused (400)
 Scope = MutableMapping[str, Any]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
 # The four cache controls, built once (CacheControl is frozen): shared, never rebuilt per request.
 _CACHE_CONTROLS = {(r, w): CacheControl(skip_read=r, skip_write=w)
@@ -206,8 +205,9 @@ def _json_reply(resp: JSONResponse) -> InferReply:
 
 
 class InferEndpoint:
-    """``await endpoint(scope, body, send)``: answers a v2 infer request the edge has read.
-    Bodies answered from the exact cache are remembered decoded (``router.decode_memo``)."""
+    """``await endpoint.respond(scope, name, version, body)``: the answer to a v2 infer request
+    the edge has read, which the edge sends. Bodies answered from the exact cache are remembered
+    decoded (``router.decode_memo``)."""
 
     def __init__(self, front: Frontend, memo: DecodeMemo | None = None) -> None:
         self.front = front
@@ -247,10 +247,3 @@ class InferEndpoint:
                    for k, v in headers.items()]
             raw.append((b"content-length", str(len(payload)).encode()))
         return 200, raw, payload
-
-    async def __call__(self, scope: Scope, name: str, version: str | None, body: bytes,
-                       send: Send) -> None:
-        """:meth:`respond`, sent."""
-        status, headers, payload = await self.respond(scope, name, version, body)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload, "more_body": False})
