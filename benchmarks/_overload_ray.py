@@ -13,7 +13,6 @@ cores, from ``/proc``).
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
@@ -23,7 +22,13 @@ from typing import Any
 import httpx
 
 from benchmarks._overload_server import DEVICE_MODEL, PATH, infer_body
-from benchmarks._proc_cpu import host_cpu_s, thread_cpu_s, thread_shares
+from benchmarks._proc_cpu import (
+    host_cpu_s,
+    pids_matching,
+    process_cpu_s,
+    thread_cpu_s,
+    thread_shares,
+)
 
 __all__ = ["run_ray_arm"]
 
@@ -49,29 +54,25 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     raise RuntimeError("Ray Serve app not ready")
 
 
-def _pids(pattern: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", pattern], check=False, capture_output=True,
-                         text=True).stdout
-    return [int(p) for p in out.split()]
-
-
 def _metered(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``run()``'s level summary with where the host's CPU went meanwhile (``cpu``): cores used
     by the ingress replica and by Serve's proxy (their busiest threads too), and the host's
     busy share of all its cores (the rest: the client, Ray's own processes)."""
-    procs = {"ingress": _pids("ServeReplica:timeshare:Ingress"), "proxy": _pids("ProxyActor")}
+    procs = {"ingress": pids_matching("ServeReplica:timeshare:Ingress"),
+             "proxy": pids_matching("ProxyActor")}
     pids = {name: found[0] for name, found in procs.items() if len(found) == 1}
-    before = {name: thread_cpu_s(pid) for name, pid in pids.items()}
+    before = {name: (process_cpu_s(pid), thread_cpu_s(pid)) for name, pid in pids.items()}
     host0, t0 = host_cpu_s(), time.monotonic()
     out = run()
     wall = time.monotonic() - t0
     host1 = host_cpu_s()
     cpu: dict[str, Any] = {}
     for name, pid in pids.items():
-        after = thread_cpu_s(pid)
-        used = sum(c for _, c in after.values()) - sum(c for _, c in before[name].values())
-        cpu[name] = {"cores": round(used / wall, 3),
-                     "threads": thread_shares(before[name], after, wall, top=3)}
+        total0, threads0 = before[name]
+        total1 = process_cpu_s(pid)
+        cpu[name] = {"cores": (round((total1 - total0) / wall, 3)
+                               if total0 is not None and total1 is not None else None),
+                     "threads": thread_shares(threads0, thread_cpu_s(pid), wall, top=3)}
     if host0 is not None and host1 is not None and host1[1] > host0[1]:
         cpu["host_busy_share"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
     return {**out, "cpu": cpu}

@@ -12,12 +12,13 @@ benchmark reports no CPU figures.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuMeter", "cpu_model", "host_cpu_s", "listening_pid", "process_cpu_s",
-           "thread_cpu_s", "thread_shares"]
+__all__ = ["CpuMeter", "cpu_model", "host_cpu_s", "listening_pid", "pids_matching",
+           "process_cpu_s", "thread_cpu_s", "thread_shares"]
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -74,20 +75,31 @@ def listening_pid(port: int) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
+def pids_matching(pattern: str) -> list[int]:
+    """The processes whose command line matches ``pattern`` (``pgrep -f``), e.g. a Serve
+    replica by its actor name."""
+    out = subprocess.run(["pgrep", "-f", pattern], check=False, capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _stat_cpu_s(stat: str) -> float:
+    """User plus system CPU seconds from a ``/proc/.../stat`` line."""
+    fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; fields start at state
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_cpu_s(pid: int) -> float | None:
     """User plus system CPU seconds of every thread of ``pid`` so far (None: gone)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return _stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; fields start at state
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
     """Per thread of ``pid``: its name (``comm``) and user plus system CPU seconds so far."""
     out: dict[int, tuple[str, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK")
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -97,9 +109,7 @@ def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
             stat = (task / "stat").read_text()
         except OSError:
             continue  # the thread ended meanwhile
-        name = stat[stat.index("(") + 1: stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        out[int(task.name)] = (stat[stat.index("(") + 1: stat.rindex(")")], _stat_cpu_s(stat))
     return out
 
 

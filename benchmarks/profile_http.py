@@ -13,9 +13,9 @@ through each of a fixed list of request-path markers (inclusive) and the top lea
 Needs ``pip install py-spy`` and ptrace rights (root, or ``kernel.yama.ptrace_scope=0``).
 
 ``--threads`` records no stacks: it reads each thread's CPU time from ``/proc`` over the same
-window and reports the busiest threads of each process as shares of one core, with the
-process's CPU per answer. py-spy counts a thread that is runnable but waiting for a core as
-busy; this is the kernel's own account, and nothing is attached to the processes.
+window and reports the busiest threads of each process as shares of one core. py-spy counts a
+thread that is runnable but waiting for a core as busy; this is the kernel's own account, and
+nothing is attached to the processes.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks._http_client import LoadSpec, run_load
 from benchmarks._output import emit, stdout_to_stderr
-from benchmarks._proc_cpu import thread_cpu_s, thread_shares
+from benchmarks._proc_cpu import pids_matching, thread_cpu_s, thread_shares
 from benchmarks._serve_net import free_port
 from benchmarks.http_throughput import _body, _ray_env, _repository
 
@@ -72,12 +72,6 @@ MARKERS = {
     "asyncio event loop": ("asyncio/", "uvloop"),
     "logging": ("logging/",),
 }
-
-
-def _pids(kind: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", kind], check=False, capture_output=True,
-                         text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def _record(pid: int, seconds: float, out: Path) -> subprocess.Popen:
@@ -138,8 +132,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         _body(in_name, x, bypass=not args.hit), duration_s=3.0,
                         concurrency=args.concurrency, warmup_s=1.0)
         warm = client.submit(run_load, spec).result()
-        procs = {"ingress": _pids("ServeReplica:timeshare:Ingress"),
-                 "proxy": _pids("ProxyActor")}
+        procs = {"ingress": pids_matching("ServeReplica:timeshare:Ingress"),
+                 "proxy": pids_matching("ProxyActor")}
         spec = LoadSpec(spec.host, spec.port, spec.path, spec.body,
                         duration_s=args.seconds + 4, concurrency=args.concurrency, warmup_s=1.0)
         fut = client.submit(run_load, spec)
