@@ -12,7 +12,6 @@ cores, from ``/proc``).
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from functools import partial
@@ -22,21 +21,15 @@ from typing import Any
 import httpx
 
 from benchmarks._overload_server import DEVICE_MODEL, PATH, infer_body
-from benchmarks._proc_cpu import (
-    host_cpu_s,
-    pids_matching,
-    process_cpu_s,
-    thread_cpu_s,
-    thread_shares,
-)
+from benchmarks._proc_cpu import metered
+from benchmarks._serve_net import free_port, local_serve, replica_port
+from common.trust import TrustSettings
+from router.app import build_from_settings
+from router.edge import EdgeSettings
+from router.listener import ListenerSettings
+from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
 
 __all__ = ["run_ray_arm"]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
@@ -54,28 +47,8 @@ def _wait_ready(url: str, timeout_s: float = 120.0) -> None:
     raise RuntimeError("Ray Serve app not ready")
 
 
-def _metered(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``run()``'s level summary with where the host's CPU went meanwhile (``cpu``): cores used
-    by the ingress replica and by Serve's proxy (their busiest threads too), and the host's
-    busy share of all its cores (the rest: the client, Ray's own processes)."""
-    procs = {"ingress": pids_matching("ServeReplica:timeshare:Ingress"),
-             "proxy": pids_matching("ProxyActor")}
-    pids = {name: found[0] for name, found in procs.items() if len(found) == 1}
-    before = {name: (process_cpu_s(pid), thread_cpu_s(pid)) for name, pid in pids.items()}
-    host0, t0 = host_cpu_s(), time.monotonic()
-    out = run()
-    wall = time.monotonic() - t0
-    host1 = host_cpu_s()
-    cpu: dict[str, Any] = {}
-    for name, pid in pids.items():
-        total0, threads0 = before[name]
-        total1 = process_cpu_s(pid)
-        cpu[name] = {"cores": (round((total1 - total0) / wall, 3)
-                               if total0 is not None and total1 is not None else None),
-                     "threads": thread_shares(threads0, thread_cpu_s(pid), wall, top=3)}
-    if host0 is not None and host1 is not None and host1[1] > host0[1]:
-        cpu["host_busy_share"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
-    return {**out, "cpu": cpu}
+# the processes an overload level meters (``benchmarks._proc_cpu.metered``)
+PROCS = {"ingress": "ServeReplica:timeshare:Ingress", "proxy": "ProxyActor"}
 
 
 def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tuple[int, ...],
@@ -88,24 +61,11 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
     after); ``direct``: the client talks to the ingress replica's own port (direct ingress)
     instead of Serve's proxy; ``listener``: to Timeshare's own listener in the ingress replica
     (``router.listener``, what ``deploy/config.yaml`` serves)."""
-    import os
-
-    import ray
     from ray import serve
 
-    from common.trust import TrustSettings
-    from router.app import build_from_settings
-    from router.edge import EdgeSettings
-    from router.listener import ListenerSettings
-    from router.settings import AppSettings, CallLogSettings, CpuPoolSettings
-
-    port = _port()
-    listener_port = _port() if listener else None
-    saved = {k: os.environ.get(k) for k in (ray_env or {})}
-    os.environ.update(ray_env or {})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    port = free_port()
+    listener_port = free_port() if listener else None
+    with local_serve(ray_env or {}, port):
         settings = AppSettings(
             repository=str(repo), state_dir=str(state_dir), default_deadline_ms=deadline_ms,
             cpu_pool=CpuPoolSettings(placement="ingress", memory_budget_mb=256, threads=1),
@@ -116,8 +76,6 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
         serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
         if direct:
-            from benchmarks._serve_net import replica_port
-
             port = replica_port("timeshare")
         elif listener_port is not None:
             port = listener_port
@@ -128,15 +86,5 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             "ray_env": dict(ray_env or {}), "path": path,
             "ingress_max_ongoing_requests": edge.ingress_max_ongoing_requests,
             "ingress_max_queued_requests": edge.ingress_max_queued_requests,
-            "levels": {f"{m}x": _metered(partial(run_level, port, m * capacity, m))
+            "levels": {f"{m}x": metered(partial(run_level, port, m * capacity, m), PROCS)
                        for m in levels}}
-    finally:
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v

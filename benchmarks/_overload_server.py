@@ -31,7 +31,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-__all__ = ["DEVICE_MODEL", "HANG", "PATH", "Server", "free_port", "infer_body", "make_device_model",
+from benchmarks._serve_net import free_port
+
+__all__ = ["DEVICE_MODEL", "HANG", "PATH", "Server", "infer_body", "make_device_model",
            "serve"]
 
 DEVICE_MODEL = "device-bound"
@@ -95,14 +97,6 @@ async def serve(repo: str, port: int, *, edge: bool, deadline_ms: float,
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                 access_log=False, backlog=4096, timeout_keep_alive=30)
         await uvicorn.Server(config).serve()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

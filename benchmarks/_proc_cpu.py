@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuMeter", "cpu_model", "host_cpu_s", "listening_pid", "pids_matching",
+__all__ = ["CpuMeter", "cpu_model", "host_cpu_s", "listening_pid", "metered", "pids_matching",
            "process_cpu_s", "thread_cpu_s", "thread_shares"]
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
@@ -156,3 +157,27 @@ class CpuMeter:
         if cpu1 is None or wall <= 0:
             return None
         return (cpu1 - self._cpu0) / wall
+
+
+def metered(run: Callable[[], dict[str, Any]], procs: Mapping[str, str]) -> dict[str, Any]:
+    """``run()``'s result with where the host's CPU went meanwhile (``cpu``): the cores used by
+    each process named in ``procs`` (name: a ``pgrep -f`` pattern that must match exactly one
+    process; others are left out), its busiest threads, and the host's busy share of all its
+    cores."""
+    found = {name: pids_matching(pattern) for name, pattern in procs.items()}
+    pids = {name: p[0] for name, p in found.items() if len(p) == 1}
+    before = {name: (process_cpu_s(pid), thread_cpu_s(pid)) for name, pid in pids.items()}
+    host0, t0 = host_cpu_s(), time.monotonic()
+    out = run()
+    wall = time.monotonic() - t0
+    host1 = host_cpu_s()
+    cpu: dict[str, Any] = {}
+    for name, pid in pids.items():
+        total0, threads0 = before[name]
+        total1 = process_cpu_s(pid)
+        cpu[name] = {"cores": (round((total1 - total0) / wall, 3)
+                               if total0 is not None and total1 is not None else None),
+                     "threads": thread_shares(threads0, thread_cpu_s(pid), wall, top=3)}
+    if host0 is not None and host1 is not None and host1[1] > host0[1]:
+        cpu["host_busy_share"] = round((host1[0] - host0[0]) / (host1[1] - host0[1]), 3)
+    return {**out, "cpu": cpu}

@@ -1,14 +1,16 @@
-"""Ports for the HTTP benchmarks: a free local port, an app's direct-ingress replica port, and
-waiting until an app answers."""
+"""Ports for the HTTP benchmarks: a free local port, an app's direct-ingress replica port,
+waiting until an app answers, and a local Serve instance under given Ray settings."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["free_port", "replica_port", "wait_serving"]
+__all__ = ["free_port", "local_serve", "replica_port", "wait_serving"]
 
 
 def free_port() -> int:
@@ -48,3 +50,29 @@ def wait_serving(probe: Callable[[], dict[str, Any]], app: str, timeout_s: float
             last = f"{type(e).__name__}: {e}"
         time.sleep(0.5)
     raise TimeoutError(f"{app} app not serving within {timeout_s:.0f}s ({last})")
+
+
+@contextmanager
+def local_serve(ray_env: dict[str, str], port: int, *, num_cpus: int = 2) -> Iterator[None]:
+    """A local Ray instance with Serve's proxy on ``port``, started with ``ray_env`` in the
+    environment (Ray Serve reads its settings there when its processes start); on exit Serve and
+    Ray are shut down and the environment is restored."""
+    import ray
+    from ray import serve
+
+    saved = {k: os.environ.get(k) for k in ray_env}
+    os.environ.update(ray_env)
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

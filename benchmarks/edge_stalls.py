@@ -46,7 +46,7 @@ def _load(port: int, body: bytes, rate: float, seconds: float, q: Any) -> None:
 
 
 def _start(repo: Path, burst: float | None) -> tuple[subprocess.Popen, int]:
-    from benchmarks._overload_server import free_port
+    from benchmarks._serve_net import free_port
 
     port = free_port()
     edge = {"admission": {"burst_factor": burst}} if burst is not None else {}

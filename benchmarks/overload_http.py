@@ -13,7 +13,11 @@ it, ``benchmarks._overload_ray``): ``proxy`` (Serve's proxy in front, Ray's defa
 ``listener`` (Timeshare's own listener in the ingress replica, ``router.listener``, with the
 settings ``make serve`` uses, ``deploy.ray_env``) and, on request, ``direct`` (those settings
 with Serve's direct ingress: the client on the ingress replica's own port) and ``proxy_served``
-(Serve's proxy under those settings: the proxy as ``make serve`` runs it).
+(Serve's proxy under those settings: the proxy as ``make serve`` runs it). Beside each arm behind
+Serve's proxy (``--ceiling``, on by default) a no-op Serve deployment runs behind the same proxy
+under the same settings and schedules (``benchmarks._proxy_ceiling``): ``proxy_ceiling`` and
+``beside_proxy_ceiling`` say at which levels the proxy gets even a no-op's answers back within the
+deadline, so a shortfall there is told apart from Timeshare's own. Not a target.
 
 Two arms, the same arrival schedules: ``baseline`` (``edge.enabled: false``: today's behaviour)
 and ``edge``. Traffic: 20 % realtime, 50 % interactive, 30 % batch, deadline 500 ms, the priority
@@ -46,8 +50,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks._output import emit, stdout_to_stderr
+from benchmarks._overload_ray import run_ray_arm
 from benchmarks._overload_server import PATH, Server, infer_body, make_device_model
 from benchmarks._proc_cpu import cpu_model
+from benchmarks._proxy_ceiling import ceiling_summary, run_ceiling
+from deploy.demo import build_demo_repository
+from deploy.ray_env import ENV
+from router.edge import EdgeSettings
 
 MIX = {"realtime": 0.2, "interactive": 0.5, "batch": 0.3}
 LEVELS = (1, 2, 3, 5)
@@ -128,14 +137,20 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
         "shed_p99_ms": _p([a[1] for a in shed], 99), "classes": by_class}
 
 
-def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -> dict[str, Any]:
-    """One open-loop level (same schedule for every arm: the seed is the multiple)."""
+def level_answers(port: int, rate: float, multiple: int, *, args) -> list[list[Any]]:
+    """One open-loop level's raw answers (same schedule for every arm: the seed is the
+    multiple)."""
     job = {"mode": "open", "port": port, "path": PATH, "rate": rate, "seconds": args.seconds,
            "mix": MIX, "seed": multiple, "body": {c: body(c, args.deadline_ms) for c in MIX}}
     res = client(job)
     time.sleep(1.0)  # let the server drain before the next level
-    return summarize(res["answers"], sent=len(res["answers"]), seconds=args.seconds,
-                     capacity=capacity, deadline_s=args.deadline_ms / 1000.0)
+    return res["answers"]
+
+
+def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -> dict[str, Any]:
+    answers = level_answers(port, rate, multiple, args=args)
+    return summarize(answers, sent=len(answers), seconds=args.seconds, capacity=capacity,
+                     deadline_s=args.deadline_ms / 1000.0)
 
 
 def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str, Any]:
@@ -183,12 +198,14 @@ RAY_ARM_KEYS = {"proxy": "edge_behind_ray_proxy", "listener": "edge_behind_ray_l
                 "proxy_served": "edge_behind_ray_proxy_served_settings"}
 
 
-def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
-    from benchmarks._overload_ray import run_ray_arm
-    from deploy.ray_env import ENV
+def _ray_env(mode: str) -> dict[str, str]:
+    """The Ray settings each mode runs under (``proxy``: Ray's defaults)."""
+    return {"proxy": {}, "listener": dict(ENV), "proxy_served": dict(ENV),
+            "direct": {**ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}}[mode]
 
-    env = {"proxy": {}, "listener": dict(ENV), "proxy_served": dict(ENV),
-           "direct": {**ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}}[mode]
+
+def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
+    env = _ray_env(mode)
     try:
         return run_ray_arm(
             repo, tmp, deadline_ms=args.deadline_ms, levels=LEVELS,
@@ -198,6 +215,46 @@ def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict
                                                       capacity=capacity))
     except Exception as e:  # noqa: BLE001 - reported; meets_targets then fails for it
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+# the Ray modes with Serve's proxy in front: each gets the no-op ceiling under its settings
+PROXY_MODES = ("proxy", "proxy_served")
+
+
+def _ceiling(mode: str, *, args, capacity: float) -> dict[str, Any]:
+    """A no-op deployment behind Serve's proxy under ``mode``'s Ray settings, the same schedules
+    (``benchmarks._proxy_ceiling``): what the proxy carries at all at each level."""
+    limit = EdgeSettings(**args.edge_overrides).ingress_max_ongoing_requests
+    try:
+        return run_ceiling(
+            ray_env=_ray_env(mode), levels=LEVELS, capacity=capacity,
+            max_ongoing_requests=limit,
+            run_level=lambda port, rate, m: level_answers(port, rate, m, args=args),
+            summarize=lambda answers: ceiling_summary(
+                answers, seconds=args.seconds, capacity=capacity,
+                deadline_s=args.deadline_ms / 1000.0, shed_s=SHED_MAX_S))
+    except Exception as e:  # noqa: BLE001 - reported beside the arm it explains
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _beside_ceiling(arms: dict[str, Any], ceilings: dict[str, Any]) -> dict[str, Any]:
+    """Per proxy arm and level: Timeshare's goodput beside the no-op's answers in time, both
+    over Timeshare's capacity; the no-op's share back within the deadline and within the 50 ms
+    a shed answer is allowed; and whether the no-op got 95 % back within the deadline (where it
+    did not, the proxy cannot carry that level for any app)."""
+    out: dict[str, Any] = {}
+    for mode, ceiling in ceilings.items():
+        arm = arms.get(mode, {})
+        if "levels" not in ceiling or "levels" not in arm:
+            continue
+        out[RAY_ARM_KEYS[mode]] = {name: {
+            "timeshare_goodput_vs_capacity": lv["goodput_vs_capacity"],
+            "noop_in_deadline_vs_capacity": ceiling["levels"][name]["in_deadline_vs_capacity"],
+            "noop_in_deadline_share": ceiling["levels"][name]["in_deadline_share"],
+            "noop_within_shed_limit_share": ceiling["levels"][name]["within_shed_limit_share"],
+            "proxy_carries_level": ceiling["levels"][name]["in_deadline_share"] >= GOODPUT_MIN,
+        } for name, lv in arm["levels"].items()}
+    return out
 
 
 def _ray_targets(arms: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
@@ -224,6 +281,10 @@ def _parse_args() -> argparse.Namespace:
                          "ingress: the client on the replica's own port; not a target) and/or "
                          "'proxy_served' (Serve's proxy under the settings `make serve` uses; "
                          "not a target).")
+    ap.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                    help="Beside each arm behind Serve's proxy, run a no-op Serve deployment "
+                         "behind the same proxy, same settings and schedules: what the proxy "
+                         "carries at all (not a target; it says whose the shortfall is).")
     ap.add_argument("--ray-only", type=float, default=None, metavar="CAPACITY_RPS",
                     help="Run only the Ray arms, at this capacity (from an earlier full run).")
     ap.add_argument("--edge-json", dest="edge_overrides", type=json.loads,
@@ -241,11 +302,20 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
             "deadline_ms": args.deadline_ms, "mix": MIX, "seconds_per_level": args.seconds}
 
 
-def _ray_only_result(arms: dict[str, Any], args: argparse.Namespace, t0: float
-                     ) -> dict[str, Any]:
+def _ceilings(arms: dict[str, Any], ceilings: dict[str, Any]) -> dict[str, Any]:
+    """The no-op ceiling runs and their comparison, as the JSON object carries them."""
+    if not ceilings:
+        return {}
+    return {"proxy_ceiling": {RAY_ARM_KEYS[m]: c for m, c in ceilings.items()},
+            "beside_proxy_ceiling": _beside_ceiling(arms, ceilings)}
+
+
+def _ray_only_result(arms: dict[str, Any], ceilings: dict[str, Any],
+                     args: argparse.Namespace, t0: float) -> dict[str, Any]:
     t_ray = _ray_targets(arms, args.deadline_ms)
     return {"benchmark": "overload_http", "ray_only": True, "capacity_rps": args.ray_only,
             "setup": _setup(args), **{RAY_ARM_KEYS[m]: a for m, a in arms.items()},
+            **_ceilings(arms, ceilings),
             "targets": {RAY_ARM_KEYS[m]: t for m, t in t_ray.items()},
             # (a Ray-only run has no edge arm: its verdict covers the Ray arms alone)
             "meets_targets": all(lv["all"] for t in t_ray.values() for lv in t.values()),
@@ -253,7 +323,7 @@ def _ray_only_result(arms: dict[str, Any], args: argparse.Namespace, t0: float
 
 
 def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any],
-            args: argparse.Namespace, t0: float) -> dict[str, Any]:
+            ceilings: dict[str, Any], args: argparse.Namespace, t0: float) -> dict[str, Any]:
     """The full run's JSON object: both arms, the Ray arms, targets and ratios per level."""
     t_edge, t_base = targets(edge, args.deadline_ms), targets(base, args.deadline_ms)
     t_ray = _ray_targets(ray_arms, args.deadline_ms)
@@ -271,6 +341,7 @@ def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any]
         "capacity_rps": base["capacity_rps"],
         "edge": edge, "baseline": base,
         **{RAY_ARM_KEYS[m]: a for m, a in ray_arms.items()},
+        **_ceilings(ray_arms, ceilings),
         "targets": {"edge": t_edge, "baseline": t_base,
                     **{RAY_ARM_KEYS[m]: t for m, t in t_ray.items()}},
         "ratios": ratios,
@@ -284,10 +355,18 @@ def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any]
     }
 
 
+def _ray_arms(repo: Path, tmp: Path, *, args, capacity: float
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each requested Ray arm, and for those behind Serve's proxy the no-op ceiling under the
+    same settings (``--ceiling``), one Ray instance at a time."""
+    arms = {m: _ray_arm(m, repo, tmp, args=args, capacity=capacity) for m in args.ray_modes}
+    ceilings = {m: _ceiling(m, args=args, capacity=capacity)
+                for m in args.ray_modes if m in PROXY_MODES and args.ceiling}
+    return arms, ceilings
+
+
 def main() -> None:
     args = _parse_args()
-    from deploy.demo import build_demo_repository
-
     t0 = time.monotonic()
     # stdout keeps the one JSON object (Ray's driver writes there)
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="ts-ovl-") as tmp:
@@ -298,17 +377,15 @@ def main() -> None:
             build_demo_repository(repo, only=["iris-mlp2x16"])
         make_device_model(repo, device_ms=args.device_ms)
         if args.ray_only is not None:  # the Ray arms alone, at a capacity measured before
-            arms = {m: _ray_arm(m, repo, Path(tmp), args=args, capacity=args.ray_only)
-                    for m in args.ray_modes}
-            result = _ray_only_result(arms, args, t0)
+            arms, ceilings = _ray_arms(repo, Path(tmp), args=args, capacity=args.ray_only)
+            result = _ray_only_result(arms, ceilings, args, t0)
         else:
             base = run_arm(repo, edge=False, args=args, capacity=None)
             capacity = base["capacity_rps"]
             edge = run_arm(repo, edge=True, args=args, capacity=capacity)
-            ray_arms: dict[str, Any] = {}
-            for mode in (args.ray_modes if args.ray else ()):
-                ray_arms[mode] = _ray_arm(mode, repo, Path(tmp), args=args, capacity=capacity)
-            result = _result(base, edge, ray_arms, args, t0)
+            arms, ceilings = (_ray_arms(repo, Path(tmp), args=args, capacity=capacity)
+                              if args.ray else ({}, {}))
+            result = _result(base, edge, arms, ceilings, args, t0)
     emit(result, args.json)
 
 

@@ -56,7 +56,6 @@ import argparse
 import logging
 import random
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -69,18 +68,13 @@ import yaml
 
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._overhead_report import measure_rounds, overhead_report
+from benchmarks._serve_net import free_port
 
 APP = "timeshare"
 COLO_APP = "timeshare-pool-deployment"
 BARE_APP = "bare"
 CHAIN_APP = "bare-chain"
 DEMO_REPO = Path(__file__).resolve().parent.parent / "var" / "model_repository"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _prepare_repository(root: Path, model: str, source: Path | None) -> tuple[Path, str]:
@@ -320,7 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(threads)
     direct_model = torch.jit.load(str(path), map_location="cpu").eval()
 
-    port = _free_port()
+    port = free_port()
     # Logical CPUs: each Serve replica holds one, and the four apps' replicas need more than
     # four (at 4 the second app never started). The machine's real cores are shared as before.
     ray.init(num_cpus=8, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)

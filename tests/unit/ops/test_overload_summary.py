@@ -1,12 +1,14 @@
 """benchmarks.overload_http's per-level figures: goodput counts model answers within the deadline
 only; a late answer and a degraded one are told apart (by the answer's ``reason``); the class
 order check counts what was refused unrun (shed, or refused by the device's triage), never a
-timeout or a late answer; and the body's reason label is read back by the load client."""
+timeout or a late answer; the body's reason label is read back by the load client; and the
+no-op behind Serve's proxy (what the proxy carries at all) is read beside Timeshare's goodput."""
 
 from __future__ import annotations
 
 from benchmarks._openloop import _reason
-from benchmarks.overload_http import summarize, targets
+from benchmarks._proxy_ceiling import ceiling_summary
+from benchmarks.overload_http import _beside_ceiling, summarize, targets
 
 # [class, latency_s, status, degraded, shed, edge_s, reason]
 OK = ["realtime", 0.05, 200, False, False, 0.04, None]
@@ -52,3 +54,30 @@ def test_the_load_client_reads_a_degraded_answers_reason():
             b'"served_by":"default","reason":"error: RequestExpired"}}')
     assert _reason(body) == "error: RequestExpired"
     assert _reason(b'{"parameters":{"degraded":false,"reason":"x"}}') is None
+
+
+def test_the_proxy_ceiling_counts_answers_in_time_over_the_sent_and_the_capacity():
+    answers = [["interactive", 0.01, 200, False, False, None, None],
+               ["interactive", 0.04, 200, False, False, None, None],
+               ["interactive", 0.30, 200, False, False, None, None],
+               ["interactive", 0.90, 200, False, False, None, None],  # late
+               ["interactive", 30.0, 0, False, False, None, None]]  # no answer
+    lv = ceiling_summary(answers, seconds=2.0, capacity=1.0, deadline_s=0.5, shed_s=0.05)
+    assert lv["sent"] == 5 and lv["answered_200"] == 4
+    assert lv["in_deadline_share"] == 0.6 and lv["within_shed_limit_share"] == 0.4
+    assert lv["in_deadline_vs_capacity"] == 1.5  # three in time over two seconds, capacity 1/s
+
+
+def test_a_level_the_noop_cannot_carry_is_marked_beside_timeshares_goodput():
+    arm = {"levels": {"1x": {"goodput_vs_capacity": 0.96}, "3x": {"goodput_vs_capacity": 0.1}}}
+    ceiling = {"levels": {
+        "1x": {"in_deadline_vs_capacity": 0.99, "in_deadline_share": 1.0,
+               "within_shed_limit_share": 0.97},
+        "3x": {"in_deadline_vs_capacity": 0.8, "in_deadline_share": 0.27,
+               "within_shed_limit_share": 0.03}}}
+    out = _beside_ceiling({"proxy": arm}, {"proxy": ceiling})["edge_behind_ray_proxy"]
+    assert out["1x"]["proxy_carries_level"] and not out["3x"]["proxy_carries_level"]
+    assert out["3x"]["timeshare_goodput_vs_capacity"] == 0.1
+    assert out["3x"]["noop_in_deadline_share"] == 0.27
+    # an arm or a ceiling that did not run is left out, not guessed
+    assert _beside_ceiling({"proxy": {"error": "x"}}, {"proxy": ceiling}) == {}
