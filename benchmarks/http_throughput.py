@@ -18,7 +18,11 @@ concurrent calls share handle calls, and the bare ``infer.remote(InferenceReques
 ``timeshare_raw``, vs the stock deployment's ``infer.remote(array)``), and the in-process
 forward pass.
 
-Runs: closed loop at concurrency 1 and 16 (``--closed-s`` each, after a warm-up), then an open
+Runs: closed loop at concurrency 1 and 16 (``--closed-s`` each, after a warm-up), in
+``--rounds`` interleaved rounds: each round runs every arm for its share of ``--closed-s``, in
+an order rotated from round to round, and an arm's figures pool its rounds. On a shared host a
+burst from a neighbour then falls on every arm alike rather than on the one that happened to run
+through it, which is what moved the ratios most between runs (docs/PERFORMANCE.md). Then an open
 loop rate sweep (Poisson arrivals, ``--open-s`` per rate) per HTTP arm; an arm's knee is the
 highest rate whose p99 stays under 100 ms with at least 95 % of the requests scheduled in the
 measured window answered by the model (a degraded answer, such as a request shed to its
@@ -171,13 +175,48 @@ def _cpu_us(r: dict) -> float | None:
     return round(cores / answers * 1e6, 1) if cores is not None and answers > 0 else None
 
 
+def _pooled(runs: list[dict]) -> dict:
+    """One arm's closed-loop rounds as one run: latencies and counts pooled, durations added,
+    server cores and the pool's inline share weighted by duration and by chunks."""
+    duration = sum(r["duration_s"] for r in runs)
+    cores = [r.get("server_cores") for r in runs]
+    known_cores = [c for c in cores if c is not None]
+    out: dict[str, Any] = {
+        "latencies_s": [t for r in runs for t in r["latencies_s"]], "duration_s": duration,
+        "n_errors": sum(r["n_errors"] for r in runs),
+        "n_degraded": sum(r["n_degraded"] for r in runs),
+        "errors": [e for r in runs for e in r["errors"]][:5],
+        "server_cores": (None if len(known_cores) < len(runs) else
+                         sum(r["server_cores"] * r["duration_s"] for r in runs) / duration)}
+    devices = [r["device"] for r in runs if "device" in r]
+    if devices:
+        known = [d for d in devices if d is not None]
+        chunks = sum(d["chunks"] for d in known)
+        out["device"] = None if len(known) < len(devices) else {
+            "chunks": chunks, "inline_share": round(
+                sum(d["inline_share"] * d["chunks"] for d in known) / max(chunks, 1), 3)}
+    return out
+
+
+def _closed_rounds(load, args: argparse.Namespace, arms, concurrency: int) -> dict[str, dict]:
+    """``args.rounds`` rounds of every arm at ``concurrency``, the order rotated each round
+    (a full warm-up before an arm's first round, a short one before the others)."""
+    order = list(arms)
+    runs: dict[str, list[dict]] = {arm: [] for arm in order}
+    for i in range(args.rounds):
+        k = i % len(order)
+        for arm in order[k:] + order[:k]:
+            runs[arm].append(load(arm, duration_s=args.closed_s / args.rounds,
+                                  concurrency=concurrency, warmup_s=1.0 if i == 0 else 0.3))
+    return {arm: _pooled(rs) for arm, rs in runs.items()}
+
+
 def _http_runs(load, args: argparse.Namespace, arms) -> tuple[dict, dict]:
-    """Closed loop at c=1 and c=16 for every arm, then the open-loop sweep per server arm."""
-    http: dict[str, dict] = {}
-    for arm in arms:
-        http[arm] = {}
-        for c in (1, 16):
-            r = load(arm, duration_s=args.closed_s, concurrency=c, warmup_s=1.0)
+    """Closed loop at c=1 and c=16 for every arm (interleaved rounds), then the open-loop
+    sweep per server arm."""
+    http: dict[str, dict] = {arm: {} for arm in arms}
+    for c in (1, 16):
+        for arm, r in _closed_rounds(load, args, arms, c).items():
             http[arm][f"c{c}"] = {**_stats(r["latencies_s"], r["duration_s"], r["n_errors"]),
                                   "n_degraded": r["n_degraded"], "errors": r["errors"],
                                   "server_cpu_us_per_answer": _cpu_us(r)}
@@ -366,6 +405,8 @@ def _report(args: argparse.Namespace, forward: dict, m: dict) -> dict[str, Any]:
         "ray_env": _ray_env(args),
         "ingress": args.ingress,
         "ts_args": args.ts_args,
+        "closed_loop": {"seconds_per_arm": args.closed_s, "rounds": args.rounds,
+                        "arms": "interleaved, order rotated each round"},
         "serve_access_log": _access_log(args),
         "forward_in_process": forward,
         "http": http,
@@ -411,7 +452,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", help="also write the JSON object to this file")
     p.add_argument("--model", default="digits-small")
-    p.add_argument("--closed-s", type=float, default=5.0, help="seconds per closed-loop run")
+    p.add_argument("--closed-s", type=float, default=5.0,
+                   help="seconds per arm and concurrency in closed loop, over all rounds")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="closed-loop rounds, the arms interleaved (1: each arm in one run)")
     p.add_argument("--open-s", type=float, default=4.0, help="seconds per open-loop rate")
     p.add_argument("--handle-s", type=float, default=3.0, help="seconds per handle run")
     p.add_argument("--rates", type=float, nargs="+",
@@ -429,6 +473,8 @@ def main(argv: list[str] | None = None) -> None:
                         '\'{"cpu_pool": {"inline_ms": 0}}\' (every chunk on the device thread)')
     p.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds: at least 1")
     if args.quick:
         args.closed_s, args.open_s, args.handle_s, args.rates = 1.5, 1.5, 1.0, [50, 150]
     with stdout_to_stderr():
