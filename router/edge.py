@@ -15,6 +15,8 @@ Mounted around the HTTP app (``mount_edge``), it:
    ``policies.edge.decide_edge`` whether to let it through: overload sheds the lowest classes
    first, and a request that cannot meet its deadline given the measured queue delay is answered
    at once, 503 with ``Retry-After`` and the app's error shape ``{"error", "type", "field"}``.
+   When both the class and the deadline come as headers, this is decided before the body is
+   read (after the ``Content-Length`` checks): a refused request's body is never waited for.
    With ``shed_to_fallback`` a shed request goes on, marked, for its labelled cache hit or
    fallback, unless the ingress's own event loop is saturated (``router.loop_load``): then that
    answer would cost CPU that the admitted requests need, and it gets the 503.
@@ -333,14 +335,26 @@ class EdgeMiddleware:
         self.loop_load.touch()
         headers = _edge_headers(scope)
         try:
-            body = await self._read(headers, receive, arrived)
-            priority = self._priority(headers, body)
+            json_limit = self._sizes(headers)
+            known = self._from_headers(headers)
+            if known is None:
+                body = await self._read(headers, receive, arrived, json_limit)
+                known = self._priority(headers, body), self._deadline_s(headers, body)
+                verdict = self.gate.decide(known[0], elapsed_s=self.clock() - arrived,
+                                           deadline_s=known[1])
+            else:
+                # the class and the deadline came as headers: decided before the body is read,
+                # so a refusal never waits for it (behind Serve's proxy the body is a call back
+                # to the proxy away) nor reads a large one
+                verdict = self.gate.decide(known[0], elapsed_s=self.clock() - arrived,
+                                           deadline_s=known[1])
+                body = (b"" if verdict.refused is not None
+                        else await self._read(headers, receive, arrived, json_limit))
         except _Refused as r:
             self.state.count(f"refused:{r.args4[0]}")
             await _respond(send, *r.args4)
             return
-        verdict = self.gate.decide(priority, elapsed_s=self.clock() - arrived,
-                                   deadline_s=self._deadline_s(headers, body))
+        priority = known[0]
         if verdict is ADMITTED:
             await self._forward(scope, receive, send, body, priority, arrived)
         elif verdict.refused is not None:
@@ -413,18 +427,21 @@ class EdgeMiddleware:
         return found if found is not None else Priority.default()
 
     def _deadline_s(self, headers: dict[bytes, str], body: bytes) -> float:
-        raw = headers.get(b"timeshare-deadline-ms")
-        ms: float | None = None
-        if raw is not None:
-            try:
-                ms = float(raw)
-            except ValueError:
-                ms = None  # not ours to reject here: the pipeline's own parameter wins
-        ms = ms if ms and ms > 0 else sniff_deadline_ms(body)
+        ms = _header_deadline_ms(headers)
+        ms = ms if ms is not None else sniff_deadline_ms(body)
         return ms / 1000.0 if ms else self.default_deadline_s
 
-    async def _read(self, headers: dict[bytes, str], receive: Receive, arrived: float) -> bytes:
-        """The whole body, or :class:`_Refused` (413 size, 400 depth, 408 slow, 503 readers)."""
+    def _from_headers(self, headers: dict[bytes, str]) -> tuple[Priority, float] | None:
+        """The class and the deadline (s) when both came as headers (the body's are then not
+        read: the headers win), else None."""
+        if not (headers.get(b"timeshare-priority") or headers.get(b"x-priority")):
+            return None
+        ms = _header_deadline_ms(headers)
+        return None if ms is None else (self._priority(headers, b""), ms / 1000.0)
+
+    def _sizes(self, headers: dict[bytes, str]) -> int:
+        """The size limits the headers alone can break (413), before anything else; returns
+        how much of the body is JSON at most (binary tensor data follows it)."""
         limit = self.max_body_bytes
         length = _decimal(headers.get(b"content-length"))
         if length is not None and length > limit:
@@ -438,7 +455,13 @@ class EdgeMiddleware:
                                 "with the binary tensor extension", "PayloadTooLarge", "body")
         # only the JSON part is scanned for depth (binary tensor data follows it); a malformed
         # header value is the HTTP layer's to reject, naming the header
-        json_limit = hl if hl is not None else limit
+        return hl if hl is not None else limit
+
+    async def _read(self, headers: dict[bytes, str], receive: Receive, arrived: float,
+                    json_limit: int) -> bytes:
+        """The whole body, or :class:`_Refused` (413 size, 400 depth, 408 slow, 503 readers);
+        ``json_limit``: :meth:`_sizes`'s."""
+        limit, cap = self.max_body_bytes, self.settings.max_json_bytes
         scanner = DepthScanner(self.settings.max_json_depth)
         chunks: list[bytes] = []
         size = 0
@@ -506,6 +529,19 @@ def outside(app: Any) -> Any:
         if m.cls is EdgeMiddleware:
             return EdgeMiddleware(app, *m.args, **m.kwargs)
     raise ValueError("outside: mount_edge was not applied to this app")
+
+
+def _header_deadline_ms(headers: dict[bytes, str]) -> float | None:
+    """``Timeshare-Deadline-Ms`` when it is a positive number, else None (a malformed one is not
+    ours to reject here: the body's parameter, or the pipeline's default, wins)."""
+    raw = headers.get(b"timeshare-deadline-ms")
+    if raw is None:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        return None
+    return ms if ms > 0 else None
 
 
 def _decimal(text: str | None) -> int | None:

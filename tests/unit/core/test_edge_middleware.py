@@ -119,6 +119,39 @@ async def test_overload_sheds_batch_with_503_retry_after_and_the_error_shape() -
     assert mw.state.counts == {"shed:batch": 1}
 
 
+async def test_class_and_deadline_as_headers_are_decided_before_the_body_is_read() -> None:
+    """Both as headers: a refusal does not wait for the body (behind Serve's proxy it is a call
+    back to the proxy away), a size the headers break is still a 413 first, and an admitted
+    request is read and served as before."""
+    mw, app, _ = _mw(initial_service_s=0.02, admission=TIGHT, shed_to_fallback=False)
+    held, _, _ = await _batch_behind_held_interactive(mw, app)
+    reads: list[int] = []
+    sent: list[dict] = []
+
+    async def receive():
+        reads.append(1)
+        await asyncio.sleep(3600)  # a body that never comes
+
+    async def send(m):
+        sent.append(m)
+
+    both = {"Timeshare-Priority": "batch", "Timeshare-Deadline-Ms": "500"}
+    await asyncio.wait_for(mw(_scope(40, both), receive, send), 1.0)
+    assert sent[0]["status"] == 503 and reads == []
+    assert json.loads(sent[1]["body"])["error"].startswith("overload:batch")
+    status, _, payload = await _call(mw, _scope(5000, both), [b"x"])
+    assert status == 413 and json.loads(payload)["field"] == "body"
+    status, _, payload = await _call(
+        mw, _scope(None, {**both, "Timeshare-Priority": "urgent"}), [b"{}"])
+    assert status == 400 and json.loads(payload)["field"] == "Timeshare-Priority"
+    app.hold.set()
+    await asyncio.gather(*held)
+    body = b'{"parameters": {"priority": "batch"}, "inputs": []}'  # the headers win
+    status, _, _ = await _call(mw, _scope(len(body), {**both, "X-Priority": "0",
+                                                      "Timeshare-Priority": ""}), [body])
+    assert status == 200 and app.seen[-1][1] == body
+
+
 async def test_a_burst_passes_the_in_flight_share_until_it_has_stood_a_window() -> None:
     """A pile-up on an idle edge (a pause of the host) is let through up to twice the share;
     the same backlog, once it has stood for a whole window, sheds at the share."""
