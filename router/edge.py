@@ -337,24 +337,22 @@ class EdgeMiddleware:
         try:
             json_limit = self._sizes(headers)
             known = self._from_headers(headers)
-            if known is None:
+            body: bytes | None = None
+            if known is None:  # the class or the deadline is in the body
                 body = await self._read(headers, receive, arrived, json_limit)
                 known = self._priority(headers, body), self._deadline_s(headers, body)
-                verdict = self.gate.decide(known[0], elapsed_s=self.clock() - arrived,
-                                           deadline_s=known[1])
-            else:
-                # the class and the deadline came as headers: decided before the body is read,
-                # so a refusal never waits for it (behind Serve's proxy the body is a call back
-                # to the proxy away) nor reads a large one
-                verdict = self.gate.decide(known[0], elapsed_s=self.clock() - arrived,
-                                           deadline_s=known[1])
+            priority, deadline_s = known
+            verdict = self.gate.decide(priority, elapsed_s=self.clock() - arrived,
+                                       deadline_s=deadline_s)
+            if body is None:  # both came as headers: decided before the body is read, so a
+                # refusal never waits for it (behind Serve's proxy it is a call back to the
+                # proxy) nor reads a large one
                 body = (b"" if verdict.refused is not None
                         else await self._read(headers, receive, arrived, json_limit))
         except _Refused as r:
             self.state.count(f"refused:{r.args4[0]}")
             await _respond(send, *r.args4)
             return
-        priority = known[0]
         if verdict is ADMITTED:
             await self._forward(scope, receive, send, body, priority, arrived)
         elif verdict.refused is not None:
