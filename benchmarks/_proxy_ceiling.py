@@ -84,22 +84,19 @@ def _wait_ready(url: str, timeout_s: float = 60.0) -> None:
 
 def run_ceiling(*, ray_env: dict[str, str], levels: tuple[int, ...], capacity: float,
                 max_ongoing_requests: int,
-                run_level: Callable[[int, float, int], list[list[Any]]],
-                summarize: Callable[[list[list[Any]]], dict[str, Any]]) -> dict[str, Any]:
+                run_level: Callable[[int, float, int], dict[str, Any]]) -> dict[str, Any]:
     """The no-op behind Serve's proxy on a fresh local Ray instance (``ray_env`` set before it
-    starts, restored after): ``run_level(port, rate, multiple)`` gives one level's raw answers,
-    ``summarize`` turns them into :func:`ceiling_summary`'s figures."""
+    starts, restored after): ``run_level(port, rate, multiple)`` runs one level and gives its
+    figures (:func:`ceiling_summary`'s)."""
     from ray import serve
-
-    def _level(port: int, multiple: int) -> dict[str, Any]:
-        return summarize(run_level(port, multiple * capacity, multiple))
 
     port = free_port()
     with local_serve(ray_env, port):
         serve.run(_noop_app(max_ongoing_requests), name=_APP, route_prefix="/")
         _wait_ready(f"http://127.0.0.1:{port}{PATH}")
         procs = {"replica": f"ServeReplica:{_APP}", "proxy": "ProxyActor"}
-        out = {f"{m}x": metered(partial(_level, port, m), procs) for m in levels}
+        out = {f"{m}x": metered(partial(run_level, port, m * capacity, m), procs)
+               for m in levels}
     return {"app": "a no-op Serve deployment (reads the JSON body, answers 200)",
             "ray_env": dict(ray_env), "max_ongoing_requests": max_ongoing_requests,
             "levels": out}

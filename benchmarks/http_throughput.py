@@ -179,14 +179,12 @@ def _pooled(runs: list[dict]) -> dict:
     """One arm's closed-loop rounds as one run: latencies and counts pooled, durations added,
     server cores and the pool's inline share weighted by duration and by chunks."""
     duration = sum(r["duration_s"] for r in runs)
-    cores = [r.get("server_cores") for r in runs]
-    known_cores = [c for c in cores if c is not None]
     out: dict[str, Any] = {
         "latencies_s": [t for r in runs for t in r["latencies_s"]], "duration_s": duration,
         "n_errors": sum(r["n_errors"] for r in runs),
         "n_degraded": sum(r["n_degraded"] for r in runs),
         "errors": [e for r in runs for e in r["errors"]][:5],
-        "server_cores": (None if len(known_cores) < len(runs) else
+        "server_cores": (None if any(r.get("server_cores") is None for r in runs) else
                          sum(r["server_cores"] * r["duration_s"] for r in runs) / duration)}
     devices = [r["device"] for r in runs if "device" in r]
     if devices:

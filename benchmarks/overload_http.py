@@ -229,10 +229,9 @@ def _ceiling(mode: str, *, args, capacity: float) -> dict[str, Any]:
         return run_ceiling(
             ray_env=_ray_env(mode), levels=LEVELS, capacity=capacity,
             max_ongoing_requests=limit,
-            run_level=lambda port, rate, m: level_answers(port, rate, m, args=args),
-            summarize=lambda answers: ceiling_summary(
-                answers, seconds=args.seconds, capacity=capacity,
-                deadline_s=args.deadline_ms / 1000.0, shed_s=SHED_MAX_S))
+            run_level=lambda port, rate, m: ceiling_summary(
+                level_answers(port, rate, m, args=args), seconds=args.seconds,
+                capacity=capacity, deadline_s=args.deadline_ms / 1000.0, shed_s=SHED_MAX_S))
     except Exception as e:  # noqa: BLE001 - reported beside the arm it explains
         return {"error": f"{type(e).__name__}: {e}"}
 
