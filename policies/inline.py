@@ -17,6 +17,17 @@ The deferral costs a lone caller a loop iteration and a task switch (about 10 us
 ``LONE_TICKS`` gathered ticks in a row that found one request each, arrivals launch at once
 again, and each such tick is watched (one ``call_soon``, no task switch) for a second arrival;
 the first tick that has one turns gathering back on, from that arrival on.
+
+Waiting for the thread. A chunk runs inline only with nothing in flight: never beside a batch on
+the device thread. A chunk that could run inline but found the thread busy used to follow it
+there, and so did the arrivals behind it: at 16 concurrent callers there was nearly always a
+batch in flight, and the pool stayed on the thread, paying a hop per chunk, until a lull emptied
+it. From one run of ``benchmarks.http_throughput`` to the next it ran 0.33-0.97 of its chunks
+inline, and its throughput followed (docs/PERFORMANCE.md, "The thread fed itself"). Such a chunk
+now waits for the one batch running on the thread (``waits_for_the_thread``), then runs inline
+with every row that arrived meanwhile. It waits for no more than it would have on the thread,
+where it would have started after that batch too; it does not wait behind a second batch
+(with one running and one waiting to start, it is launched, and may displace the waiting one).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from __future__ import annotations
 import enum
 
 __all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "LONE_TICKS", "ONE_THREAD_BELOW_S", "Arrival",
-           "TickGather", "intra_op_threads", "is_stall"]
+           "TickGather", "intra_op_threads", "is_stall", "waits_for_the_thread"]
 
 INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
 INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
@@ -119,3 +130,18 @@ class TickGather:
     def tick_over(self) -> None:
         self.watching = False
         self.seen = 0
+
+
+def waits_for_the_thread(in_flight: int, fits_inline: bool) -> bool:
+    """Does a chunk wait for the device thread's batch and then run inline (see the module's
+    docstring), rather than be launched to the thread? ``in_flight``: batches launched to the
+    thread and not done; ``fits_inline``: it would run inline on an idle device.
+
+    >>> waits_for_the_thread(1, True)
+    True
+    >>> waits_for_the_thread(2, True)  # one running, one waiting: never behind both
+    False
+    >>> waits_for_the_thread(1, False)
+    False
+    """
+    return fits_inline and in_flight == 1

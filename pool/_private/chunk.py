@@ -95,40 +95,54 @@ class BatchBuilder:
                   work_s, now, alone)
         if self.device.kind == "cpu":
             # (unmeasured, the estimate is the cold default, 2 ms a row: the device's count)
-            b.threads = intra_op_threads(self._forward_s(b, cpu=True), self.threads)
+            b.threads = intra_op_threads(self._forward_s(entry, rows, cpu=True),
+                                         self.threads)
         return b
 
-    def _forward_s(self, b: Batch, *, cpu: bool) -> float:
-        """``b``'s forward pass by its model's measured cost per row: its CPU time where
+    def _forward_s(self, entry: ModelQueue, rows: int, *, cpu: bool) -> float:
+        """``rows`` rows' forward pass by ``entry``'s measured cost per row: its CPU time where
         ``cpu`` and it was measured, else its wall time on the device thread."""
-        entry = b.entry
         row_s = entry.ewma_cpu_row_s if cpu and entry.ewma_cpu_row_s is not None \
             else entry.ewma_row_s
-        return b.rows * row_s
+        return rows * row_s
 
-    def runs_inline(self, b: Batch) -> bool:
-        """Run this batch on the loop thread? (see DeviceSpec.inline_ms)"""
-        entry = b.entry
-        if (not self.inline_s or entry.inline_refused is not None
-                or entry.thread_runs < INLINE_AFTER_RUNS):
-            return False
-        if self.device.inline_bounded_only and not entry.graph_read:
-            entry.graph_read = True
-            reason = why_unbounded(b.module)
-            if reason is not None:
-                entry.inline_refused = f"not proven bounded by its input shapes: {reason}"
-                log.info("%s on %s: batches stay on the device thread (%s)",
-                         entry.config.name, self.device.label, entry.inline_refused)
-                return False
+    def _inline_forward_s(self, entry: ModelQueue, rows: int) -> float:
         # A bounded graph cannot sleep: off a busy host its wall time is its CPU time. The
         # device thread's measured wall time is not: at c=16 behind the ingress it read 0.3 ms
         # a row, mostly waits for the GIL, for a forward of a few µs, which kept every chunk on
         # the thread (0-51 % inline from one run to the next, 2,405-3,314 answers/s:
         # docs/PERFORMANCE.md, "Inline stayed off"). A model that may sleep: its wall time.
-        estimate = self._forward_s(b, cpu=self.device.inline_bounded_only)
+        return self._forward_s(entry, rows, cpu=self.device.inline_bounded_only)
+
+    def runs_inline(self, b: Batch) -> bool:
+        """Run this batch on the loop thread? (see DeviceSpec.inline_ms)"""
+        if not self.may_inline(b.entry, b.module):
+            return False
+        estimate = self._inline_forward_s(b.entry, b.rows)
         if b.swap is not None:
             estimate += self.tiers.copy_cost_s(b.swap)
         return estimate <= self.inline_s
+
+    def fits_inline(self, entry: ModelQueue, rows: int) -> bool:
+        """Would ``rows`` rows of ``entry``'s resident model run inline on an idle device?"""
+        return (self.may_inline(entry, self.tiers.module(entry.name))
+                and self._inline_forward_s(entry, rows) <= self.inline_s)
+
+    def may_inline(self, entry: ModelQueue, module: nn.Module) -> bool:
+        """Whether ``entry``'s model may run inline at all: measured on the device thread,
+        never stalled, and under ``inline_bounded_only`` proven bounded (read once)."""
+        if (not self.inline_s or entry.inline_refused is not None
+                or entry.thread_runs < INLINE_AFTER_RUNS):
+            return False
+        if self.device.inline_bounded_only and not entry.graph_read:
+            entry.graph_read = True
+            reason = why_unbounded(module)
+            if reason is not None:
+                entry.inline_refused = f"not proven bounded by its input shapes: {reason}"
+                log.info("%s on %s: batches stay on the device thread (%s)",
+                         entry.config.name, self.device.label, entry.inline_refused)
+                return False
+        return True
 
     def run_inline(self, b: Batch) -> None:
         b.inline = True

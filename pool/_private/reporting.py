@@ -28,6 +28,7 @@ class ReportedWorker(Protocol):
     requeued: int
     chunks: int
     inline_chunks: int
+    inline_waits: int
 
     @property
     def policy_name(self) -> str: ...
@@ -83,6 +84,8 @@ def worker_status(w: ReportedWorker) -> dict[str, Any]:
         "requeued": w.requeued,
         "chunks": w.chunks,
         "inline_chunks": w.inline_chunks,
+        # chunks that waited for the device thread's batch to run inline after it
+        "inline_waits": w.inline_waits,
         "not_inline": {str(k): e.inline_refused for k, e in w.queues.models.items()
                        if e.inline_refused is not None},
         "memory": {"used_bytes": mem.used_bytes, "free_bytes": mem.free_bytes,

@@ -38,7 +38,7 @@ from common.fallback_types import RequestExpired
 from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
 from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
-from policies.inline import Arrival, TickGather
+from policies.inline import Arrival, TickGather, waits_for_the_thread
 from policies.priority import Priority
 from policies.scheduling import (
     ScheduleDecision,
@@ -144,6 +144,7 @@ class DeviceWorker:
         self._retiring: set[str] = set()  # removed while a batch of it was on the device
         self._retired: dict[str, asyncio.Event] = {}  # set once a retiring model is forgotten
         self._blocked = False  # a swap-in waits for room held by batches in flight
+        self._held = False  # a chunk waits for the device thread's batch, to run inline
         # The last triage's live work, less what launched since, plus the arrivals admitted
         # since, and the rank of the last live request: what an arrival at a full device is
         # judged against in constant time (``_admit``).
@@ -161,6 +162,7 @@ class DeviceWorker:
         self.requeued = 0  # batches given back by the executor before they started
         self.chunks = 0  # batches completed
         self.inline_chunks = 0
+        self.inline_waits = 0  # (policies.inline.waits_for_the_thread)
 
     # -- models -----------------------------------------------------------------------------
     async def add_model(
@@ -432,8 +434,8 @@ class DeviceWorker:
     def _pump(self) -> None:
         """Decide and launch while the executor has room (steps 1 and 2). Re-entrant calls
         (an inline batch completing inside) return at once: the outer loop goes on."""
-        if self._pumping or self._closed:
-            return
+        if self._pumping or self._closed or self._held:
+            return  # (held: the completion it waits for pumps again)
         self._pumping = True
         try:
             for _ in range(_PUMP_STEPS):
@@ -470,6 +472,10 @@ class DeviceWorker:
                     continue  # its class's stream is full: a completion pumps again
                 if self._blocked:
                     return None  # a swap-in waits for a running model to finish
+                if self._waits_to_run_inline(d):
+                    self._held = True
+                    self.inline_waits += 1
+                    return None
                 acted = True
                 try:
                     ran_inline = self._launch(d)
@@ -489,6 +495,16 @@ class DeviceWorker:
         if not acted or len(plan) < limit:
             return None  # (a shorter plan: no other live work had a free slot)
         return False
+
+    def _waits_to_run_inline(self, d: ScheduleDecision) -> bool:
+        """``policies.inline.waits_for_the_thread`` for ``d``'s chunk, at a resident model."""
+        if not self.batches.inline_s or not self.executor.in_flight:
+            return False
+        name = d.model
+        assert name is not None
+        return (self.tiers.is_resident(name) and name not in self._loads
+                and waits_for_the_thread(self.executor.in_flight, self.batches.fits_inline(
+                    self.queues.named[name], d.chunk_rows)))
 
     def _launch_alone(self, p: Pending, entry: ModelQueue) -> bool:
         """Steps 1 and 2 for the common case at low load, without a snapshot: ``p`` alone on an
@@ -621,7 +637,7 @@ class DeviceWorker:
         next decision, even for a request its caller sends at once, sees this measurement),
         answer its requests, and decide again when work is waiting."""
         self.tiers.memory.stop_running(b.name)
-        self._blocked = False
+        self._blocked = self._held = False
         if b.error is not None and self._retry_after_oom(b):
             return
         running = self._running

@@ -255,3 +255,35 @@ async def test_a_lone_caller_stops_paying_for_the_tick_and_concurrency_resumes_i
     probe.seen.clear()
     await asyncio.gather(*(w.infer(KEY, {"x": x}) for _ in range(5)))
     assert len(probe.seen) == 1
+
+
+async def test_a_chunk_that_finds_the_thread_busy_waits_for_it_and_runs_inline(probe_worker):
+    """policies.inline.waits_for_the_thread: requests for an inline model that arrive while
+    another model's batch runs on the device thread do not follow it there (where the arrivals
+    behind them would follow too); they wait for it and run inline, as one batch."""
+    import asyncio
+
+    w, probe = await probe_worker(inline_ms=50.0)
+    x = torch.randn(1, 16)
+    for _ in range(INLINE_AFTER_RUNS + 1):
+        await w.infer(KEY, {"x": x})
+    assert _on_device_thread(probe.seen)[-1] is False  # qualified, ran inline
+    slow = Probe()
+    slow.stall_s = 0.25  # a model not yet measured: its batches run on the device thread
+    slow_key = ModelKey("slow", "1")
+    await w.add_model(slow_key, config("slow"), lambda: slow)
+    probe.seen.clear()
+    slow.seen.clear()
+
+    async def later(delay_s: float):
+        await asyncio.sleep(delay_s)
+        return await w.infer(KEY, {"x": x})
+
+    busy = asyncio.ensure_future(w.infer(slow_key, {"x": x}))
+    out = await asyncio.gather(*(later(0.01 * (i + 1)) for i in range(3)))
+    await busy
+    assert _on_device_thread(slow.seen) == [True]
+    assert _on_device_thread(probe.seen) == [False], probe.seen  # one inline forward
+    assert w.status()["inline_waits"] >= 1
+    for o in out:
+        torch.testing.assert_close(o.outputs["y"], probe.lin(x).detach())
