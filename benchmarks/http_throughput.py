@@ -35,12 +35,13 @@ process listening on the arm's port over the run, per answer (``benchmarks._proc
 proxy's). ``server_cpu_us_per_answer_c16`` compares them at c=16: on a shared
 host they move less between runs than throughput does, and they are what a request costs the
 server. Not a target. The ``timeshare`` arm's closed-loop runs also report what the ingress's CPU
-pool did (``device``: its chunks, and the share run inline on the loop, from ``/v2/status``):
-a chunk sent to the device thread costs the loop a hop, which at c=16 is most of the spread
-between runs (docs/PERFORMANCE.md, "Inline stayed off"). Each handle run reports the same
-for the replica that answers (``replica_cpu_us_per_answer``) and for the calling process
-(``caller_cpu_us_per_answer``); ``handle_c16_*_replica_cpu_vs_stock`` gives Timeshare's
-replica figures over stock's.
+pool did (``device``: its chunks, the share run inline on the loop, and ``inline_waits``, the
+chunks that waited for the device thread's batch to run inline after it; from ``/v2/status``):
+a chunk sent to the device thread costs the loop a hop, which at c=16 was most of the spread
+between runs (docs/PERFORMANCE.md, "Inline stayed off", "The thread fed itself"). Each
+handle run reports the same for the replica that answers (``replica_cpu_us_per_answer``) and
+for the calling process (``caller_cpu_us_per_answer``);
+``handle_c16_*_replica_cpu_vs_stock`` gives Timeshare's replica figures over stock's.
 
 Targets (``meets_targets`` when all hold; issue 38's): HTTP p50 at concurrency 1 at most stock's
 + 0.3 ms; throughput at concurrency 16 at least 1.05x stock's; cache-hit throughput at least 2.5x
@@ -192,7 +193,8 @@ def _pooled(runs: list[dict]) -> dict:
         chunks = sum(d["chunks"] for d in known)
         out["device"] = None if len(known) < len(devices) else {
             "chunks": chunks, "inline_share": round(
-                sum(d["inline_share"] * d["chunks"] for d in known) / max(chunks, 1), 3)}
+                sum(d["inline_share"] * d["chunks"] for d in known) / max(chunks, 1), 3),
+            "inline_waits": sum(d.get("inline_waits", 0) for d in known)}
     return out
 
 
@@ -283,7 +285,8 @@ def _device_counters(port: int) -> dict[str, int] | None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/status", timeout=10) as r:
             st = json.loads(r.read())
         dev = st["pools"]["cpu"]["device"]
-        return {"chunks": int(dev["chunks"]), "inline_chunks": int(dev["inline_chunks"])}
+        return {"chunks": int(dev["chunks"]), "inline_chunks": int(dev["inline_chunks"]),
+                "inline_waits": int(dev.get("inline_waits", 0))}
     except (OSError, KeyError, TypeError, ValueError):
         return None
 
@@ -291,13 +294,16 @@ def _device_counters(port: int) -> dict[str, int] | None:
 def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None
                   ) -> dict[str, float] | None:
     """What the pool did over one run: the share of chunks run inline on the loop (a hop to
-    the device thread costs the loop more than this model's forward), and chunks."""
+    the device thread costs the loop more than this model's forward), chunks, and the times a
+    chunk waited for the device thread's batch to run inline after it
+    (``policies.inline.waits_for_the_thread``)."""
     if before is None or after is None:
         return None
     chunks = after["chunks"] - before["chunks"]
     return {"chunks": chunks,
             "inline_share": round((after["inline_chunks"] - before["inline_chunks"])
-                                  / max(chunks, 1), 3)}
+                                  / max(chunks, 1), 3),
+            "inline_waits": after["inline_waits"] - before["inline_waits"]}
 
 
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,

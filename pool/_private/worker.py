@@ -256,9 +256,10 @@ class DeviceWorker:
                     asyncio.get_running_loop().call_soon(gather.tick_over)
             if self._launch_alone(p, entry):
                 return await fut  # decided and launched (or refused) without a snapshot
-        if not self._room_for(priority):
-            # The device is full: judge the arrival now rather than at the next completion, so
-            # one that cannot make it is refused on arrival even behind a long batch or swap-in.
+        if self._held or not self._room_for(priority):
+            # The device is full (or a chunk waits for it, to run inline): judge the arrival
+            # now rather than at the next completion, so one that cannot make it is refused on
+            # arrival even behind a long batch or swap-in.
             if self._admit(p, entry, now) is None:
                 self._triage_soon()
         else:
@@ -325,7 +326,7 @@ class DeviceWorker:
         self._triage_due = False
         if self._closed:
             return
-        if self._has_room():
+        if self._has_room() and not self._held:
             self._pump()  # (its decision triages)
         else:
             self._triage_now()

@@ -86,13 +86,13 @@ def test_pooled_rounds_weigh_cores_by_time_and_inline_share_by_chunks() -> None:
     def run(seconds: float, n: int, cores: float | None, chunks: int, inline: float) -> dict:
         return {"latencies_s": [0.01] * n, "duration_s": seconds, "n_errors": 1,
                 "n_degraded": 2, "errors": ["e"], "server_cores": cores,
-                "device": {"chunks": chunks, "inline_share": inline}}
+                "device": {"chunks": chunks, "inline_share": inline, "inline_waits": 1}}
 
     out = _pooled([run(1.0, 10, 1.0, 10, 1.0), run(3.0, 30, 0.2, 30, 0.0)])
     assert out["duration_s"] == 4.0 and len(out["latencies_s"]) == 40
     assert out["n_errors"] == 1 + 1 and out["n_degraded"] == 2 + 2
     assert abs(out["server_cores"] - (1.0 * 1 + 0.2 * 3) / 4) < 1e-9
-    assert out["device"] == {"chunks": 40, "inline_share": 0.25}
+    assert out["device"] == {"chunks": 40, "inline_share": 0.25, "inline_waits": 2}
     # one round without a CPU figure: no pooled figure rather than a partial one
     partial = _pooled([run(1.0, 10, None, 10, 1.0), run(1.0, 10, 0.5, 10, 1.0)])
     assert partial["server_cores"] is None

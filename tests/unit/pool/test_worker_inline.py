@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from common.fallback_types import RequestExpired
 from policies.inline import ONE_THREAD_BELOW_S
 from policies.priority import Priority
 from pool import ModelKey
@@ -280,7 +281,15 @@ async def test_a_chunk_that_finds_the_thread_busy_waits_for_it_and_runs_inline(p
         return await w.infer(KEY, {"x": x})
 
     busy = asyncio.ensure_future(w.infer(slow_key, {"x": x}))
-    out = await asyncio.gather(*(later(0.01 * (i + 1)) for i in range(3)))
+    waiting = [asyncio.ensure_future(later(0.01 * (i + 1))) for i in range(3)]
+    await asyncio.sleep(0.05)
+    assert w._held and not busy.done()
+    # While a chunk waits, an arrival is still judged on arrival: one past its deadline is
+    # refused now, not when the thread's batch is done.
+    with pytest.raises(RequestExpired):
+        await w.infer(KEY, {"x": x}, deadline=w._clock() - 1.0)
+    assert not busy.done()
+    out = await asyncio.gather(*waiting)
     await busy
     assert _on_device_thread(slow.seen) == [True]
     assert _on_device_thread(probe.seen) == [False], probe.seen  # one inline forward
