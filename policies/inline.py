@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "LONE_TICKS", "ONE_THREAD_BELOW_S", "Arrival",
-           "TickGather", "intra_op_threads", "is_stall", "waits_for_the_thread"]
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "INLINE_THREADS", "LONE_TICKS",
+           "ONE_THREAD_BELOW_S", "Arrival", "TickGather", "intra_op_threads", "is_stall",
+           "waits_for_the_thread"]
 
 INLINE_AFTER_RUNS = 3  # device-thread runs measured before a model may run inline
 INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model from inline
@@ -45,6 +46,13 @@ INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model 
 # instead of 5, and longer while the other cores were busy; that wake is over a tenth of work
 # this small (docs/PERFORMANCE.md, "The small forwards woke a second thread").
 ONE_THREAD_BELOW_S = 0.5e-3
+# An inline chunk always runs with one: it is small by definition (at most inline_ms), and the
+# loop thread would wait for the thread it wakes. The per-row estimate also over-counts larger
+# chunks of a forward that is mostly a fixed cost: on a busy loop digits-small's forward took
+# 130-300 µs of CPU a chunk whatever its rows (12-25 µs alone, caches hot), the ingress's pool
+# estimated 40-60 µs a row, and one chunk in seven, the 10-row ones, was estimated over
+# ONE_THREAD_BELOW_S and ran on two threads (docs/PERFORMANCE.md, "The thread fed itself").
+INLINE_THREADS = 1
 
 
 def intra_op_threads(forward_cpu_s: float, device_threads: int) -> int:

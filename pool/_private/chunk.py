@@ -19,7 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.inline import INLINE_AFTER_RUNS, INLINE_STALL, intra_op_threads, is_stall
+from policies.inline import (
+    INLINE_AFTER_RUNS,
+    INLINE_STALL,
+    INLINE_THREADS,
+    intra_op_threads,
+    is_stall,
+)
 from policies.priority import Priority
 from pool._private.bounded import why_unbounded
 from pool._private.queue import ModelQueue, Pending
@@ -145,9 +151,9 @@ class BatchBuilder:
         return True
 
     def run_inline(self, b: Batch) -> None:
-        b.inline = True
+        b.inline, b.threads = True, INLINE_THREADS
         cpu0 = time.thread_time()
-        with_threads(b.threads or self.threads, run_on_cpu, b, self.tiers)
+        with_threads(INLINE_THREADS, run_on_cpu, b, self.tiers)
         b.inline_cpu_s = time.thread_time() - cpu0
 
     def stall(self, b: Batch) -> str | None:

@@ -296,3 +296,14 @@ async def test_a_chunk_that_finds_the_thread_busy_waits_for_it_and_runs_inline(p
     assert w.status()["inline_waits"] >= 1
     for o in out:
         torch.testing.assert_close(o.outputs["y"], probe.lin(x).detach())
+
+
+async def test_an_inline_chunk_runs_on_one_thread_whatever_its_estimate(probe_worker):
+    """policies.inline.INLINE_THREADS: a chunk estimated over ONE_THREAD_BELOW_S of CPU takes
+    the device's threads on the device thread, but one when it runs inline on the loop."""
+    w, probe = await probe_worker(inline_ms=50.0, threads=2)
+    probe.burn_s = 2 * ONE_THREAD_BELOW_S
+    for _ in range(INLINE_AFTER_RUNS + 2):
+        await w.infer(KEY, {"x": torch.randn(1, 16)})
+    assert _on_device_thread(probe.seen) == [True] * INLINE_AFTER_RUNS + [False] * 2
+    assert [n for _, n in probe.seen] == [2] * INLINE_AFTER_RUNS + [1] * 2
