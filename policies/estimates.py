@@ -22,7 +22,6 @@ from policies.device_queue import ModelView, RequestView
 
 __all__ = [
     "EWMA_ALPHA",
-    "ChunkCost",
     "MAX_PACE",
     "PACE_HORIZON_S",
     "Pace",
@@ -40,80 +39,12 @@ def ewma(prev: float | None, sample: float, *, alpha: float = EWMA_ALPHA) -> flo
     """Exponentially weighted moving average; the first sample (``prev`` None or infinite) is
     taken as is.
 
-    >>> ewma(None, 2.0), round(ewma(1.0, 2.0), 9)
+    >>> ewma(None, 2.0), ewma(1.0, 2.0)
     (2.0, 1.2)
     """
     if prev is None or prev == math.inf:
         return sample
     return (1.0 - alpha) * prev + alpha * sample
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkCost:
-    """A chunk's cost as a fixed part plus a part per row, fitted by exponentially weighted
-    least squares over the measured chunks (each weighs ``EWMA_ALPHA`` against the past).
-
-    A small model's forward on a busy event loop is mostly a fixed cost: digits-small took
-    130-300 µs of CPU a chunk on the ingress's loop whatever its rows, 12-25 µs alone with its
-    caches hot (docs/PERFORMANCE.md, "The thread fed itself"). A cost per row taken from small
-    chunks then over-counts large ones several times over. Until chunks of two sizes have been
-    seen, a chunk is taken to cost what the measured size did, plus its share per extra row.
-
-    >>> c = ChunkCost().observe(1, 150e-6).observe(9, 230e-6)
-    >>> round(c.predict(17) * 1e6)
-    310
-    >>> round(ChunkCost().observe(4, 200e-6).predict(8) * 1e6)  # one size seen: per row above
-    400
-    >>> round(ChunkCost().observe(4, 200e-6).predict(1) * 1e6)  # and its whole cost below
-    200
-    """
-
-    x: float = 0.0  # weighted mean rows
-    y: float = 0.0  # weighted mean cost (s)
-    xx: float = 0.0  # weighted mean of rows squared
-    xy: float = 0.0  # weighted mean of rows times cost
-    n: int = 0  # chunks observed
-
-    def observe(self, rows: int, cost_s: float, *, alpha: float = EWMA_ALPHA) -> ChunkCost:
-        if self.n == 0:
-            return ChunkCost(rows, cost_s, rows * rows, rows * cost_s, 1)
-        k = 1.0 - alpha
-        return ChunkCost(k * self.x + alpha * rows, k * self.y + alpha * cost_s,
-                         k * self.xx + alpha * rows * rows, k * self.xy + alpha * rows * cost_s,
-                         self.n + 1)
-
-    def predict(self, rows: int) -> float:
-        """The estimated cost of a chunk of ``rows`` rows (0 before any measurement)."""
-        if self.n == 0:
-            return 0.0
-        var = self.xx - self.x * self.x
-        if var < 0.25:  # (about) one size seen: no slope to fit
-            return self.y * max(1.0, rows / self.x) if self.x > 0 else self.y
-        per_row = max(0.0, (self.xy - self.x * self.y) / var)
-        fixed = self.y - per_row * self.x
-        if fixed < 0.0:  # costs grow faster than rows: through the origin, never below zero
-            return rows * self.y / self.x
-        return fixed + per_row * rows
-
-    def rows_within(self, budget_s: float, most: int) -> int:
-        """The most rows (at least 1, at most ``most``) a chunk may have to cost at most
-        ``budget_s`` by :meth:`predict`.
-
-        >>> ChunkCost().observe(1, 150e-6).observe(9, 230e-6).rows_within(1e-3, 64)
-        64
-        >>> ChunkCost().observe(4, 200e-6).rows_within(1e-3, 64)
-        20
-        """
-        if self.predict(most) <= budget_s:
-            return most
-        lo, hi = 1, most  # predict grows with rows: the last that fits, by bisection
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.predict(mid) <= budget_s:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
 
 
 # The pace is the device's over about its last second of busy time: the horizon a request's

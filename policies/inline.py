@@ -12,12 +12,6 @@ several requests), and their tasks all run in the loop's next iteration. Deferri
 by one ``call_soon`` lets every request of that iteration join the queue first, so the pump
 launches them as one batch: one forward, one launch, one completion.
 
-Under load the requests of one burst reach the pool over several ticks (each takes a few
-awaits to get there), so a gather waits one more tick while the last one added company, up to
-``GATHER_TICKS`` ticks and the rows a chunk may have and still run inline: at 16 concurrent
-callers one tick gave chunks of about 5 rows, and the forward is mostly a fixed cost per chunk
-(``policies.estimates.ChunkCost``).
-
 The deferral costs a lone caller a loop iteration and a task switch (about 10 us in
 ``benchmarks.ingress_asgi --concurrency 1``). So the device gathers only while it pays: after
 ``LONE_TICKS`` gathered ticks in a row that found one request each, arrivals launch at once
@@ -40,7 +34,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["GATHER_TICKS", "INLINE_AFTER_RUNS", "INLINE_STALL", "INLINE_THREADS", "LONE_TICKS",
+__all__ = ["INLINE_AFTER_RUNS", "INLINE_STALL", "INLINE_THREADS", "LONE_TICKS",
            "ONE_THREAD_BELOW_S", "Arrival", "TickGather", "intra_op_threads", "is_stall",
            "waits_for_the_thread"]
 
@@ -95,7 +89,6 @@ def is_stall(took_s: float, inline_cpu_s: float | None, inline_s: float, *,
     return not bounded_only or (inline_cpu_s or 0.0) > limit
 
 LONE_TICKS = 8
-GATHER_TICKS = 4  # the most ticks a gather waits, while each tick adds company
 
 
 class Arrival(enum.Enum):
@@ -110,15 +103,13 @@ class TickGather:
     idle device; ``gathered(n)`` when a gathered tick ends, with the requests it found queued;
     ``tick_over()`` when a watched tick ends."""
 
-    __slots__ = ("last", "lone", "pending", "seen", "ticks", "watching")
+    __slots__ = ("lone", "pending", "seen", "watching")
 
     def __init__(self) -> None:
         self.pending = False  # a gathered tick's launch is scheduled
         self.lone = 0  # gathered ticks in a row that found a single request
         self.watching = False  # a watched tick's end is scheduled
         self.seen = 0  # arrivals in the watched tick
-        self.ticks = 0  # ticks the pending gather has waited on
-        self.last = 0  # requests it found at the end of the last of them
 
     def arrive(self) -> Arrival:
         if self.pending:
@@ -136,26 +127,13 @@ class TickGather:
         self.watching = True
         return Arrival.NOW_WATCH
 
-    def gathered(self, n: int, cap: int) -> bool:
-        """A gathered tick ended with ``n`` requests queued (0: a pump already launched them):
-        True when the gather is over, False to wait one more tick. It waits on while the tick
-        added company (``n`` over 1 and over the last tick's), ``n`` is under ``cap`` (the rows
-        a chunk may have and still run inline) and fewer than ``GATHER_TICKS`` ticks passed.
-
-        >>> g = TickGather(); g.arrive() is Arrival.GATHER
-        True
-        >>> [g.gathered(3, 64), g.gathered(5, 64), g.gathered(5, 64), g.pending]
-        [False, False, True, False]
-        """
-        if 1 < n < cap and n > self.last and self.ticks < GATHER_TICKS - 1:
-            self.last, self.ticks = n, self.ticks + 1
-            return False
-        self.pending, self.last, self.ticks = False, 0, 0
+    def gathered(self, n: int) -> None:
+        """``n``: the requests queued when the tick ran (0: a pump already launched them)."""
+        self.pending = False
         if n == 1:
             self.lone += 1
         elif n > 1:
             self.lone = 0
-        return True
 
     def tick_over(self) -> None:
         self.watching = False

@@ -106,12 +106,11 @@ class BatchBuilder:
         return b
 
     def _forward_s(self, entry: ModelQueue, rows: int, *, cpu: bool) -> float:
-        """``rows`` rows' forward pass: its measured CPU time (a fixed part and a part per row,
-        ``ChunkCost``) where ``cpu`` and it was measured, else its wall time on the device
-        thread per row."""
-        if cpu and entry.cpu_cost.n:
-            return entry.cpu_cost.predict(rows)
-        return rows * entry.ewma_row_s
+        """``rows`` rows' forward pass by ``entry``'s measured cost per row: its CPU time where
+        ``cpu`` and it was measured, else its wall time on the device thread."""
+        row_s = entry.ewma_cpu_row_s if cpu and entry.ewma_cpu_row_s is not None \
+            else entry.ewma_row_s
+        return rows * row_s
 
     def _inline_forward_s(self, entry: ModelQueue, rows: int) -> float:
         # A bounded graph cannot sleep: off a busy host its wall time is its CPU time. The
@@ -134,18 +133,6 @@ class BatchBuilder:
         """Would ``rows`` rows of ``entry``'s resident model run inline on an idle device?"""
         return (self.may_inline(entry, self.tiers.module(entry.name))
                 and self._inline_forward_s(entry, rows) <= self.inline_s)
-
-    def inline_rows(self, entry: ModelQueue) -> int:
-        """The most rows a chunk of ``entry``'s model may have and still run inline by its
-        estimate (at least 1, at most its max batch size; 1 while it may not run inline)."""
-        if (not self.inline_s or entry.inline_refused is not None
-                or entry.thread_runs < INLINE_AFTER_RUNS):
-            return 1
-        most = entry.config.max_batch_size
-        if self.device.inline_bounded_only and entry.cpu_cost.n:
-            return entry.cpu_cost.rows_within(self.inline_s, most)
-        per_row = entry.ewma_row_s
-        return most if per_row <= 0 else max(1, min(most, int(self.inline_s / per_row)))
 
     def may_inline(self, entry: ModelQueue, module: nn.Module) -> bool:
         """Whether ``entry``'s model may run inline at all: measured on the device thread,

@@ -36,7 +36,7 @@ from torch import nn
 
 from common.fallback_types import RequestExpired
 from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
-from policies.estimates import ChunkCost, Pace, ewma, queue_delay_by_class
+from policies.estimates import Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
 from policies.inline import Arrival, TickGather, waits_for_the_thread
 from policies.priority import Priority
@@ -336,9 +336,7 @@ class DeviceWorker:
         short path; several requests of this tick go through the pump, as one batch."""
         queued = sum(len(e.queue) for e in self.queues.active.values())
         assert self._gather is not None
-        if not self._gather.gathered(queued, self.batches.inline_rows(entry)):
-            asyncio.get_running_loop().call_soon(self._tick_in, first, entry)
-            return
+        self._gather.gathered(queued)
         if queued == 1 and entry.queue and entry.queue[0] is first \
                 and self._launch_alone(first, entry):
             return
@@ -714,8 +712,8 @@ class DeviceWorker:
         stale = self._stale(entry, now)
         entry.ewma_row_s = ewma(None if stale else entry.ewma_row_s, b.device_s / max(b.rows, 1))
         if b.device_cpu_s is not None:
-            entry.cpu_cost = (ChunkCost() if stale else entry.cpu_cost).observe(
-                b.rows, b.device_cpu_s)
+            entry.ewma_cpu_row_s = ewma(None if stale else entry.ewma_cpu_row_s,
+                                        b.device_cpu_s / max(b.rows, 1))
         entry.measured_at = now
         if b.alone and b.work_s:
             # Launch to completion against what the decision estimated: the hops and loop

@@ -5,14 +5,7 @@ import math
 import pytest
 
 from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
-from policies.estimates import (
-    MAX_PACE,
-    PACE_HORIZON_S,
-    ChunkCost,
-    Pace,
-    ewma,
-    queue_delay_by_class,
-)
+from policies.estimates import MAX_PACE, PACE_HORIZON_S, Pace, ewma, queue_delay_by_class
 from policies.priority import Priority
 from policies.scheduling import PrioritySchedulingPolicy
 
@@ -130,26 +123,3 @@ def test_a_device_running_behind_refuses_on_arrival_what_it_would_finish_late():
     at_pace, _ = PrioritySchedulingPolicy().triage(SchedulerSnapshot(NOW, (m,), pace=2.0))
     assert 99 not in on_estimate  # the optimistic estimate would keep it until its deadline
     assert 99 in at_pace
-
-
-def test_a_chunks_fixed_cost_is_not_counted_again_for_each_row() -> None:
-    """``ChunkCost``: fitted as a fixed part plus a part per row."""
-    c = ChunkCost()
-    for rows in (1, 5, 3, 9, 2, 7) * 5:
-        c = c.observe(rows, 150e-6 + rows * 10e-6)
-    assert abs(c.predict(30) - (150e-6 + 300e-6)) < 1e-9
-    # a cost per row taken from these chunks would put 30 rows at over 1 ms
-    assert c.rows_within(1e-3, 64) == 64 and c.rows_within(405e-6, 64) == 25
-
-
-def test_a_chunk_cost_never_goes_below_zero_and_starts_at_nothing() -> None:
-    c = ChunkCost().observe(10, 10e-6).observe(2, 0.0).observe(20, 40e-6)
-    assert all(c.predict(r) >= 0.0 for r in range(1, 64))
-    assert ChunkCost().predict(8) == 0.0
-
-
-def test_estimates_doctests() -> None:
-    import doctest
-
-    import policies.estimates
-    assert doctest.testmod(policies.estimates).failed == 0
