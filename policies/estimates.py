@@ -39,7 +39,7 @@ def ewma(prev: float | None, sample: float, *, alpha: float = EWMA_ALPHA) -> flo
     """Exponentially weighted moving average; the first sample (``prev`` None or infinite) is
     taken as is.
 
-    >>> ewma(None, 2.0), ewma(1.0, 2.0)
+    >>> ewma(None, 2.0), round(ewma(1.0, 2.0), 9)
     (2.0, 1.2)
     """
     if prev is None or prev == math.inf:
