@@ -256,10 +256,9 @@ class DeviceWorker:
                     asyncio.get_running_loop().call_soon(gather.tick_over)
             if self._launch_alone(p, entry):
                 return await fut  # decided and launched (or refused) without a snapshot
-        if self._held or not self._room_for(priority):
-            # The device is full (or a chunk waits for it, to run inline): judge the arrival
-            # now rather than at the next completion, so one that cannot make it is refused on
-            # arrival even behind a long batch or swap-in.
+        if not self._room_for(priority):
+            # The device is full: judge the arrival now rather than at the next completion, so
+            # one that cannot make it is refused on arrival even behind a long batch or swap-in.
             if self._admit(p, entry, now) is None:
                 self._triage_soon()
         else:
@@ -269,7 +268,10 @@ class DeviceWorker:
     def _room_for(self, priority: Priority) -> bool:
         """Whether an arrival of this class can be decided on now: a free slot of its class
         where the device runs several batches at once (a stream per class) or where it may
-        displace a less urgent batch waiting to start; elsewhere any free slot."""
+        displace a less urgent batch waiting to start; elsewhere any free slot. False while a
+        chunk waits for the device thread to run inline (``_held``): the completion decides."""
+        if self._held:
+            return False
         ex = self.executor
         if ex.concurrent or (ex.displaces and self.policy.displaces_waiting):
             return ex.has_room(priority)
@@ -326,7 +328,7 @@ class DeviceWorker:
         self._triage_due = False
         if self._closed:
             return
-        if self._has_room() and not self._held:
+        if self._has_room():
             self._pump()  # (its decision triages)
         else:
             self._triage_now()
@@ -423,7 +425,10 @@ class DeviceWorker:
 
     def _has_room(self) -> bool:
         """Room for a decision: for any class, or for the most urgent one queued where the
-        policy lets it displace a less urgent batch waiting at the device (``ThreadExecutor``)."""
+        policy lets it displace a less urgent batch waiting at the device (``ThreadExecutor``).
+        False while a chunk waits for the device thread (``_held``): its completion pumps."""
+        if self._held:
+            return False
         ex = self.executor
         if ex.has_any_room():
             return True
@@ -435,8 +440,8 @@ class DeviceWorker:
     def _pump(self) -> None:
         """Decide and launch while the executor has room (steps 1 and 2). Re-entrant calls
         (an inline batch completing inside) return at once: the outer loop goes on."""
-        if self._pumping or self._closed or self._held:
-            return  # (held: the completion it waits for pumps again)
+        if self._pumping or self._closed:
+            return
         self._pumping = True
         try:
             for _ in range(_PUMP_STEPS):
