@@ -45,10 +45,12 @@ except ImportError:  # pragma: no cover - redis is a dependency
 class Alerter:
     """One per application. See the module docstring.
 
-    >>> alerter = Alerter(config)          # doctest: +SKIP
-    >>> await alerter.start()              # loads state, starts the loop
-    >>> alerter.submit(alert)              # from any pipeline stage; returns at once
-    >>> await alerter.stop()
+    Inside the app's event loop (an illustration, not run)::
+
+        alerter = Alerter(config)
+        await alerter.start()              # loads state, starts the loop
+        alerter.submit(alert)              # from any pipeline stage; returns at once
+        await alerter.stop()
     """
 
     STATE_RETRY_S = 30.0  # how often to retry Redis when it was unreachable at start

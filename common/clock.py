@@ -17,7 +17,10 @@ Clock = Callable[[], float]
 class FakeClock:
     """A clock that only moves when told to; call it for the time.
 
-    >>> c = FakeClock(100.0); c.advance(30); c()
+    >>> c = FakeClock(100.0)
+    >>> c.advance(30)
+    130.0
+    >>> c()
     130.0
     """
 

@@ -25,7 +25,7 @@ Example::
     >>> cfg = VerifyConfig(max_error_rate=0.05)
     >>> global_threshold((), cfg)                 # no evidence: serve nothing yet
     inf
-    >>> t = global_threshold([(0.9 + i / 1000, True) for i in range(100)], cfg)
+    >>> t = global_threshold([(0.9 + i / 2000, True) for i in range(200)], cfg)
     >>> d = decide(0.97, EntryEvidence(), t, draw=0.5, config=cfg)
     >>> round(t, 3), d.serve, d.verify
     (0.9, True, False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 import math
 
@@ -10,7 +9,6 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import policies.edge
 from policies.edge import (
     EdgeConfig,
     EdgeSnapshot,
@@ -23,10 +21,6 @@ from policies.priority import Priority
 from router.edge_body import SNIFF_BYTES, DepthScanner, sniff_deadline_ms, sniff_priority
 
 RT, IA, BA, BG = Priority.REALTIME, Priority.INTERACTIVE, Priority.BATCH, Priority.BACKGROUND
-
-
-def test_doctests() -> None:
-    assert doctest.testmod(policies.edge).failed == 0
 
 
 TIGHT = {"realtime": 0.09, "interactive": 0.09, "batch": 0.06, "background": 0.04}

@@ -1,4 +1,3 @@
-import doctest
 import math
 
 import pytest
@@ -6,7 +5,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import policies.admission
 from policies.admission import (
     DEFAULT_OBJECTIVES,
     AdmissionConfig,
@@ -215,7 +213,3 @@ def test_admits_at_once_defers_to_the_full_decision_near_any_ceiling():
                               budget_s=0.052, margin_s=0.005)
     assert not admits_at_once(floors, in_flight=0, capacity=10, longest_delay_s=0.2, budget_s=0.1)
     assert not admits_at_once(floors, in_flight=0, capacity=0, longest_delay_s=0.0, budget_s=1.0)
-
-
-def test_doctests():
-    assert doctest.testmod(policies.admission).failed == 0

@@ -29,11 +29,3 @@ def test_inline_off_never_stalls():
 ])
 def test_small_forwards_get_one_thread(forward_cpu_s, threads):
     assert intra_op_threads(forward_cpu_s, 4) == threads
-
-
-def test_doctests():
-    import doctest
-
-    import policies.inline
-
-    assert doctest.testmod(policies.inline).failed == 0
