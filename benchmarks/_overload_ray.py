@@ -2,7 +2,8 @@
 
 Used by ``benchmarks.overload_http --ray``: the app as ``serve run`` builds it
 (``router.app.build_from_settings``, the ingress with ``max_ongoing_requests`` /
-``max_queued_requests`` from ``edge`` settings, the CPU pool in the ingress), on a local Ray
+``max_queued_requests`` from ``edge`` settings, the CPU pool in the ingress, the application's
+``logging_config`` from ``deploy/config.yaml``), on a local Ray
 instance started here and stopped after. The client is the same open-loop process; every answer
 carries the edge's ``Server-Timing: edge;dur=``, so the time spent in front of the edge (client,
 loopback, Ray's proxy and its queue, the replica's ASGI bridge) is measured per request. Each
@@ -24,6 +25,7 @@ from benchmarks._overload_server import DEVICE_MODEL, PATH, infer_body
 from benchmarks._proc_cpu import metered
 from benchmarks._serve_net import free_port, local_serve, replica_port
 from common.trust import TrustSettings
+from deploy.ray_env import served_logging_config
 from router.app import build_from_settings
 from router.edge import EdgeSettings
 from router.listener import ListenerSettings
@@ -74,7 +76,10 @@ def run_ray_arm(repo: Path, state_dir: Path, *, deadline_ms: float, levels: tupl
             listener=ListenerSettings(port=listener_port),
             # as the uvicorn server does: the chaos factory its device-bound model names
             trust=TrustSettings(allowed_modules=("deploy.demo_models", "deploy.chaos")))
-        serve.run(build_from_settings(settings), name="timeshare", route_prefix="/")
+        # the app's own logging settings, as deploy/config.yaml gives them (Serve's access
+        # line off in its replicas); Ray's process settings stay ``ray_env``'s
+        serve.run(build_from_settings(settings), name="timeshare", route_prefix="/",
+                  logging_config=served_logging_config())
         if direct:
             port = replica_port("timeshare")
         elif listener_port is not None:

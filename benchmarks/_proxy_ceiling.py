@@ -24,6 +24,7 @@ import numpy as np
 from benchmarks._overload_server import PATH, infer_body
 from benchmarks._proc_cpu import metered
 from benchmarks._serve_net import free_port, local_serve
+from deploy.ray_env import served_logging_config
 
 __all__ = ["ceiling_summary", "run_ceiling"]
 
@@ -92,7 +93,9 @@ def run_ceiling(*, ray_env: dict[str, str], levels: tuple[int, ...], capacity: f
 
     port = free_port()
     with local_serve(ray_env, port):
-        serve.run(_noop_app(max_ongoing_requests), name=_APP, route_prefix="/")
+        # the logging settings Timeshare's arm is served with (deploy/config.yaml's)
+        serve.run(_noop_app(max_ongoing_requests), name=_APP, route_prefix="/",
+                  logging_config=served_logging_config())
         _wait_ready(f"http://127.0.0.1:{port}{PATH}")
         procs = {"replica": f"ServeReplica:{_APP}", "proxy": "ProxyActor"}
         out = {f"{m}x": metered(partial(run_level, port, m * capacity, m), procs)
