@@ -31,7 +31,9 @@ deadline) >= 95 % of the capacity; realtime p99 (served answers) <= its p99 at 1
 the deadline; every shed answer (429/503, or labelled ``shed``) within 50 ms; refused share
 (shed, or refused unrun by the device's triage: ``RequestExpired``) batch >= interactive >=
 realtime; sent = answered. Each level also counts, per class, the answers
-served late and the degraded answers by their ``reason``.
+served late and the degraded answers by their ``reason``, and gives how long the answers the
+device's triage refused unrun took (``expired_p50_ms`` / ``expired_p99_ms``: what a request the
+edge let through waited before its labelled fallback).
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
     for cls in MIX:
         mine = [a for a in answers if a[0] == cls]
         served = [a[1] for a in mine if a[2] == 200 and not a[3]]
+        # how long a request the edge let through waited before the device refused it unrun
+        expired = [a[1] for a in mine if a[3] and not a[4] and len(a) > 6 and a[6] == _EXPIRED]
         by_class[cls] = {
             "sent": len(mine), "served": len(served),
             "shed": sum(1 for a in mine if a[4]),
@@ -121,7 +125,8 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
                 a[2] == 200 and not a[3] and a[1] <= deadline_s)),
             "late": sum(1 for a in mine if a[2] == 200 and not a[3] and a[1] > deadline_s),
             "degraded_reasons": _reasons(a for a in mine if a[3] and not a[4]),
-            "served_p50_ms": _p(served, 50), "served_p99_ms": _p(served, 99)}
+            "served_p50_ms": _p(served, 50), "served_p99_ms": _p(served, 99),
+            "expired_p50_ms": _p(expired, 50), "expired_p99_ms": _p(expired, 99)}
     statuses: dict[str, int] = {}
     for a in answers:
         statuses[str(a[2])] = statuses.get(str(a[2]), 0) + 1

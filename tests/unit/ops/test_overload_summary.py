@@ -37,6 +37,9 @@ def test_a_level_tells_late_degraded_and_refused_apart():
     assert c["realtime"]["shed_share"] == c["realtime"]["refused_share"] == round(1 / 3, 3)
     assert c["batch"]["refused_share"] == 1.0
     assert c["batch"]["degraded_reasons"] == {}  # a shed answer is counted as shed only
+    # how long the refused-unrun answer took, apart from the served ones and the timeout
+    assert c["interactive"]["expired_p50_ms"] == c["interactive"]["expired_p99_ms"] == 20.0
+    assert c["realtime"]["expired_p99_ms"] is None
 
 
 def test_the_class_order_check_fails_when_realtime_is_refused_more_than_interactive():
