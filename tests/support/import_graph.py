@@ -17,6 +17,8 @@ from pathlib import Path
 # A function-level import in a core package must say why on its own line, e.g.
 # ``import torch  # lazy: optional dependency``.
 LAZY_MARK = "# lazy:"
+# The app's own packages, below deploy/ and benchmarks/ (DESIGN.md, "Layout and ownership").
+CORE_PACKAGES = ("common", "router", "pool", "policies", "fallbacks", "alerting")
 
 
 @dataclass(frozen=True, slots=True)

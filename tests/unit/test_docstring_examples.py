@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.import_graph import find_modules
+from tests.support.import_graph import CORE_PACKAGES, find_modules
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE = ("common", "router", "pool", "policies", "fallbacks", "alerting")
-WITH_EXAMPLES = sorted(name for name, path in find_modules(ROOT, CORE).items()
+WITH_EXAMPLES = sorted(name for name, path in find_modules(ROOT, CORE_PACKAGES).items()
                        if ">>>" in path.read_text(encoding="utf-8"))
 
 

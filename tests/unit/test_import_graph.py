@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.import_graph import (
+    CORE_PACKAGES,
     LAZY_MARK,
     Import,
     collect_imports,
@@ -21,7 +22,7 @@ from tests.support.import_graph import (
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("common", "router", "pool", "policies", "fallbacks", "alerting", "deploy",
             "benchmarks")
-CORE = frozenset({"common", "router", "pool", "policies", "fallbacks", "alerting"})
+CORE = frozenset(CORE_PACKAGES)
 
 # Package -> the packages it must not import (DESIGN.md, "Layout and ownership"): ``common`` is
 # the bottom layer; ``policies`` decides over snapshots and needs nothing above it; ``pool`` and
