@@ -64,10 +64,9 @@ class LocalRayCluster:
         self._wait(lambda: _get(f"{self.dashboard}/api/version") is not None, 90, "dashboard")
 
     def start_worker(self, name: str, *, num_cpus: float, resources: dict[str, float]) -> None:
-        self._start(Node(name, str(self.root / name), [
+        self._join(Node(name, str(self.root / name), [
             "--address", self.address, "--node-ip-address", "127.0.0.1",
-            *self._node_args(name, num_cpus, resources)]))
-        self._wait(lambda: self.alive_nodes().get(name, 0) >= 1, 60, f"node {name} to join")
+            *self._node_args(name, num_cpus, resources)]), f"node {name} to join")
 
     def _node_args(self, name: str, num_cpus: float, resources: dict[str, float]) -> list[str]:
         resources = {**resources, f"ts_node_{name}": 1}  # how alive_nodes() names the node
@@ -91,8 +90,28 @@ class LocalRayCluster:
     def restart(self, name: str) -> None:
         """Start a killed node again with the same resources (a new Ray node, same machine)."""
         node = self.nodes[name]
-        self._start(Node(name, node.temp_dir, node.args))
-        self._wait(lambda: self.alive_nodes().get(name, 0) >= 1, 60, f"node {name} to rejoin")
+        self._join(Node(name, node.temp_dir, node.args), f"node {name} to rejoin")
+
+    # A worker's ``ray start`` gives up when its raylet has not registered with the GCS within
+    # 30 s (hard-coded in ray/_private/node.py: "The current node timed out during startup"),
+    # which a 2-core machine under load can exceed while the head is healthy. Such a start,
+    # whose process has exited, is tried again; each try must still join within ``timeout_s``.
+    START_ATTEMPTS = 2
+
+    def _join(self, node: Node, what: str, timeout_s: float = 60) -> None:
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            self._start(node)
+            proc = node.proc
+            assert proc is not None
+            self._wait(lambda p=proc: self.alive_nodes().get(node.name, 0) >= 1
+                       or p.poll() is not None, timeout_s, what)
+            if proc.poll() is None:  # joined, and its `ray start` still runs
+                return
+            if attempt == self.START_ATTEMPTS:
+                tail = self.log.read_text()[-3000:] if self.log.exists() else ""
+                raise AssertionError(f"{what}: `ray start` exited ({proc.returncode}) "
+                                     f"{attempt} times; ray start log:\n{tail}")
+            _kill_matching(node.temp_dir)  # what the failed start left behind
 
     def kill_node(self, name: str) -> int:
         """SIGKILL every process of a node (raylet, its workers, agents): a machine lost.
