@@ -108,9 +108,8 @@ class LocalRayCluster:
             if proc.poll() is None:  # joined, and its `ray start` still runs
                 return
             if attempt == self.START_ATTEMPTS:
-                tail = self.log.read_text()[-3000:] if self.log.exists() else ""
                 raise AssertionError(f"{what}: `ray start` exited ({proc.returncode}) "
-                                     f"{attempt} times; ray start log:\n{tail}")
+                                     f"{attempt} times; ray start log:\n{self._log_tail()}")
             _kill_matching(node.temp_dir)  # what the failed start left behind
 
     def kill_node(self, name: str) -> int:
@@ -169,8 +168,10 @@ class LocalRayCluster:
             if predicate():
                 return
             time.sleep(0.3)
-        tail = self.log.read_text()[-3000:] if self.log.exists() else ""
-        raise AssertionError(f"timed out waiting for {what}; ray start log:\n{tail}")
+        raise AssertionError(f"timed out waiting for {what}; ray start log:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
 
 
 def _get(url: str) -> dict | None:
