@@ -19,11 +19,18 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
+from policies.priority import Priority
 from router.decode_memo import DecodeMemo
 from router.edge import USED_BACKEND_KEY, arrival_s, shed_reason, used_the_backend
 from router.errors import InvalidRequest, ModelNotFound, TimeshareError
 from router.frontend import Frontend
-from router.schemas import CacheControl, InferenceRequest
+from router.schemas import (
+    ANONYMOUS,
+    CacheControl,
+    InferenceRequest,
+    new_request_id,
+    unchecked,
+)
 from router.v2 import (
     HEADER_LENGTH,
     JSON_HEADERS,
@@ -119,6 +126,18 @@ def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
                                         "parameters.cache_skip_read"),
                              check_bool(p.get("cache_skip_write", False),
                                         "parameters.cache_skip_write"))]
+    if (model and decoded.inputs and p.get("priority") is None and p.get("caller") is None
+            and (deadline_ms is None or deadline_ms > 0)):
+        # Nothing here for pydantic to check: the decoder's inputs are numeric arrays, the
+        # names come from the path, the rest was checked above. Built unchecked, in the
+        # model's field order (tests/unit/http/test_request_from_v2.py holds it so).
+        return unchecked(InferenceRequest, {
+            "model": model, "version": version, "inputs": dict(decoded.inputs),
+            "text": p.get("text"), "priority": Priority.INTERACTIVE,
+            "deadline_ms": None if deadline_ms is None else float(deadline_ms),
+            "caller": ANONYMOUS, "caller_key": caller_key, "caller_verified": False,
+            "cache": cache, "request_id": decoded.request_id or new_request_id(),
+            "arrival_s": arrival_s, "shed_reason": shed_reason})
     fields: dict[str, Any] = {
         "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
         "deadline_ms": deadline_ms, "cache": cache, "caller_key": caller_key,

@@ -2,8 +2,9 @@
 
 ``constructed(packages)`` is a context manager that watches the calling thread (``sys.setprofile``)
 and records the class of every object built through a Python-level constructor:
-``__init__`` (classes, dataclasses, pydantic models), ``__new__`` (named tuples) and pydantic's
-``model_construct``, for classes defined under one of ``packages`` (top-level package names).
+``__init__`` (classes, dataclasses, pydantic models), ``__new__`` (named tuples), pydantic's
+``model_construct`` and Timeshare's ``router.schemas.unchecked``, for classes defined under one
+of ``packages`` (top-level package names).
 Objects built without a Python-level constructor (``copy.copy``, C code) are not seen, and
 nor are other threads'. Used by the request-walk check (``tests/unit/http/test_request_walk.py``).
 """
@@ -19,7 +20,8 @@ from typing import Any
 
 __all__ = ["constructed"]
 
-_CONSTRUCTORS = {"__init__": "self", "__new__": "cls", "model_construct": "cls"}
+_CONSTRUCTORS = {"__init__": "self", "__new__": "cls", "model_construct": "cls",
+                 "unchecked": "cls"}
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from policies.priority import Priority
 from router._private.recorders import TelemetryRecorder
 from router.cache import ResultCache
 from router.schemas import InferenceRequest, InferenceResponse, Timings
+from tests.support.models import assert_as_validated
 from tests.support.pipeline import local_pipeline
 
 
@@ -51,3 +52,22 @@ async def test_an_answer_names_its_pool_and_a_cache_hit_does_not(host) -> None:
     assert (computed.cache, computed.pool, computed.served_by) == ("miss", "cpu",
                                                                    "cpu:digits-small@1")
     assert (hit.cache, hit.pool, hit.served_by) == ("memory", None, "cpu:digits-small@1")
+
+
+async def test_an_answer_is_built_as_validation_would(host) -> None:
+    """The pipeline builds its answers unchecked (``router.schemas.unchecked``): computed, hit
+    and degraded ones must hold what the validated constructor would have made of them."""
+    cache = ResultCache()
+    pipe = local_pipeline(host, cache=cache)
+    await pipe.catalog.refresh()
+    req = InferenceRequest(model="digits-small", inputs={"pixels": np.full((1, 64), 2.0)})
+    shed = InferenceRequest(model="digits-small", inputs={"pixels": np.full((1, 64), 4.0)},
+                            shed_reason="shed: test", caller="team-a")
+    try:
+        answers = [await pipe.infer(req), await pipe.infer(req), await pipe.infer(shed)]
+    finally:
+        await cache.close()
+    assert [a.cache for a in answers] == ["miss", "memory", "miss"]
+    assert answers[2].degraded and answers[2].reason
+    for a in answers:
+        assert_as_validated(a)
