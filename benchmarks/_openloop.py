@@ -3,7 +3,8 @@
 ``python -m benchmarks._openloop`` reads one JSON job on stdin and prints one JSON result:
 
 * ``{"mode": "open", "port": P, "path": "/v2/...", "rate": R, "seconds": S, "mix": {"realtime":
-  0.2, ...}, "body": {class: body text}, "seed": 0}``: Poisson arrivals at ``rate`` per second;
+  0.2, ...}, "body": {class: body text}, "seed": 0, "headers": {class: {name: value}}}``
+  (``headers`` optional: sent with that class's requests): Poisson arrivals at ``rate`` per second;
   each request is sent at its planned instant on a free keep-alive connection (a new one when
   none is free, so a slow server never slows the sender); latency is measured from the planned
   instant, so queueing in the client counts against the server, not for it.
@@ -41,8 +42,9 @@ class Client:
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self._all: list[asyncio.StreamWriter] = []
 
-    def raw(self, body: bytes) -> bytes:
-        return (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    def raw(self, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        return (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                 ).encode() + body
 
@@ -115,7 +117,8 @@ async def run_open(job: dict[str, Any]) -> list[list[Any]]:
     rng = random.Random(job.get("seed", 0))
     classes = list(job["mix"])
     weights = [job["mix"][c] for c in classes]
-    raws = {c: client.raw(job["body"][c].encode()) for c in classes}
+    headers = job.get("headers") or {}
+    raws = {c: client.raw(job["body"][c].encode(), headers.get(c)) for c in classes}
     plan, t = [], 0.0
     while True:
         t += rng.expovariate(job["rate"])

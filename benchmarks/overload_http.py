@@ -142,12 +142,21 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
         "shed_p99_ms": _p([a[1] for a in shed], 99), "classes": by_class}
 
 
+def level_job(port: int, rate: float, multiple: int, *, args) -> dict[str, Any]:
+    """The load client's job for one open-loop level (same schedule for every arm: the seed is
+    the multiple)."""
+    job: dict[str, Any] = {
+        "mode": "open", "port": port, "path": PATH, "rate": rate, "seconds": args.seconds,
+        "mix": MIX, "seed": multiple, "body": {c: body(c, args.deadline_ms) for c in MIX}}
+    if getattr(args, "class_headers", False):  # the class and deadline, also as headers
+        job["headers"] = {c: {"Timeshare-Priority": c,
+                              "Timeshare-Deadline-Ms": f"{args.deadline_ms:g}"} for c in MIX}
+    return job
+
+
 def level_answers(port: int, rate: float, multiple: int, *, args) -> list[list[Any]]:
-    """One open-loop level's raw answers (same schedule for every arm: the seed is the
-    multiple)."""
-    job = {"mode": "open", "port": port, "path": PATH, "rate": rate, "seconds": args.seconds,
-           "mix": MIX, "seed": multiple, "body": {c: body(c, args.deadline_ms) for c in MIX}}
-    res = client(job)
+    """One open-loop level's raw answers."""
+    res = client(level_job(port, rate, multiple, args=args))
     time.sleep(1.0)  # let the server drain before the next level
     return res["answers"]
 
@@ -295,6 +304,11 @@ def _parse_args() -> argparse.Namespace:
                     default=EDGE_OVERRIDES, metavar="JSON",
                     help="Overrides of the edge's settings (``edge:``), e.g. "
                          "'{\"admission\": {\"max_queue_delay_s\": {...}}}'; default: none.")
+    ap.add_argument("--class-headers", action="store_true",
+                    help="Also send each request's class and deadline as the headers "
+                         "Timeshare-Priority and Timeshare-Deadline-Ms (the body keeps them): "
+                         "the edge then decides before it reads the body, which behind Serve's "
+                         "proxy is a call back to the proxy. Default: in the body only.")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
     return ap.parse_args()
@@ -303,7 +317,8 @@ def _parse_args() -> argparse.Namespace:
 def _setup(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every run reports (the full run adds its levels and server)."""
     return {"device_ms": args.device_ms, "edge_overrides": args.edge_overrides,
-            "deadline_ms": args.deadline_ms, "mix": MIX, "seconds_per_level": args.seconds}
+            "deadline_ms": args.deadline_ms, "mix": MIX, "seconds_per_level": args.seconds,
+            "class_in_headers": bool(args.class_headers)}
 
 
 def _ceilings(arms: dict[str, Any], ceilings: dict[str, Any]) -> dict[str, Any]:

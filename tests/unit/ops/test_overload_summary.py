@@ -6,9 +6,11 @@ no-op behind Serve's proxy (what the proxy carries at all) is read beside Timesh
 
 from __future__ import annotations
 
-from benchmarks._openloop import _reason
+import argparse
+
+from benchmarks._openloop import Client, _reason
 from benchmarks._proxy_ceiling import ceiling_summary
-from benchmarks.overload_http import _beside_ceiling, summarize, targets
+from benchmarks.overload_http import _beside_ceiling, level_job, summarize, targets
 
 # [class, latency_s, status, degraded, shed, edge_s, reason]
 OK = ["realtime", 0.05, 200, False, False, 0.04, None]
@@ -84,3 +86,23 @@ def test_a_level_the_noop_cannot_carry_is_marked_beside_timeshares_goodput():
     assert out["3x"]["noop_in_deadline_share"] == 0.27
     # an arm or a ceiling that did not run is left out, not guessed
     assert _beside_ceiling({"proxy": {"error": "x"}}, {"proxy": ceiling}) == {}
+
+
+def test_the_load_client_sends_the_class_as_headers_when_asked():
+    """``--class-headers``: each request carries its class and deadline as headers too, so the
+    edge decides before reading the body; without them the request is as before."""
+    client = Client(1, "/v2/models/m/infer")
+    plain = client.raw(b"{}")
+    headed = client.raw(b"{}", {"Timeshare-Priority": "batch", "Timeshare-Deadline-Ms": "500"})
+    assert b"Timeshare-" not in plain
+    head, _, body = headed.partition(b"\r\n\r\n")
+    assert body == b"{}"
+    lines = head.split(b"\r\n")
+    assert b"Timeshare-Priority: batch" in lines and b"Timeshare-Deadline-Ms: 500" in lines
+    assert b"Content-Length: 2" in lines and lines[0] == b"POST /v2/models/m/infer HTTP/1.1"
+    args = argparse.Namespace(class_headers=True, deadline_ms=500.0, seconds=1.0)
+    job = level_job(1, 10.0, 2, args=args)
+    assert job["headers"]["realtime"] == {"Timeshare-Priority": "realtime",
+                                          "Timeshare-Deadline-Ms": "500"}
+    assert "headers" not in level_job(1, 10.0, 2, args=argparse.Namespace(
+        class_headers=False, deadline_ms=500.0, seconds=1.0))
