@@ -148,7 +148,7 @@ def level_job(port: int, rate: float, multiple: int, *, args) -> dict[str, Any]:
     job: dict[str, Any] = {
         "mode": "open", "port": port, "path": PATH, "rate": rate, "seconds": args.seconds,
         "mix": MIX, "seed": multiple, "body": {c: body(c, args.deadline_ms) for c in MIX}}
-    if getattr(args, "class_headers", False):  # the class and deadline, also as headers
+    if args.class_headers:  # the class and deadline, also as headers
         job["headers"] = {c: {"Timeshare-Priority": c,
                               "Timeshare-Deadline-Ms": f"{args.deadline_ms:g}"} for c in MIX}
     return job
