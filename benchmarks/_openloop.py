@@ -4,7 +4,8 @@
 
 * ``{"mode": "open", "port": P, "path": "/v2/...", "rate": R, "seconds": S, "mix": {"realtime":
   0.2, ...}, "body": {class: body text}, "seed": 0, "headers": {class: {name: value}}}``
-  (``headers`` optional: sent with that class's requests): Poisson arrivals at ``rate`` per second;
+  (``headers`` optional: sent with that class's requests; ``"request_start": true`` stamps each
+  request ``X-Request-Start`` with its planned instant): Poisson arrivals at ``rate`` per second;
   each request is sent at its planned instant on a free keep-alive connection (a new one when
   none is free, so a slow server never slows the sender); latency is measured from the planned
   instant, so queueing in the client counts against the server, not for it.
@@ -119,6 +120,11 @@ async def run_open(job: dict[str, Any]) -> list[list[Any]]:
     weights = [job["mix"][c] for c in classes]
     headers = job.get("headers") or {}
     raws = {c: client.raw(job["body"][c].encode(), headers.get(c)) for c in classes}
+    # ``request_start``: each request stamped X-Request-Start at its planned instant (Unix s)
+    # (after the request line: the line before it, the rest after it)
+    stamped = {c: raw.split(b"\r\n", 1) for c, raw in raws.items()
+               } if job.get("request_start") else None
+    wall = time.time() - time.monotonic()  # Unix time at monotonic 0
     plan, t = [], 0.0
     while True:
         t += rng.expovariate(job["rate"])
@@ -128,7 +134,12 @@ async def run_open(job: dict[str, Any]) -> list[list[Any]]:
     out: list[list[Any]] = []
 
     async def one(at: float, cls: str) -> None:
-        status, body, edge = await client.post(raws[cls])
+        if stamped is None:
+            raw = raws[cls]
+        else:
+            line, rest = stamped[cls]
+            raw = b"%s\r\nX-Request-Start: t=%.6f\r\n%s" % (line, wall + at, rest)
+        status, body, edge = await client.post(raw)
         out.append([cls, time.monotonic() - at, status, *_labels(status, body), edge,
                     _reason(body)])
 

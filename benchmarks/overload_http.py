@@ -151,6 +151,8 @@ def level_job(port: int, rate: float, multiple: int, *, args) -> dict[str, Any]:
     if args.class_headers:  # the class and deadline, also as headers
         job["headers"] = {c: {"Timeshare-Priority": c,
                               "Timeshare-Deadline-Ms": f"{args.deadline_ms:g}"} for c in MIX}
+    if args.request_start:  # each request stamped at its planned instant, as a front proxy does
+        job["request_start"] = True
     return job
 
 
@@ -309,6 +311,11 @@ def _parse_args() -> argparse.Namespace:
                          "Timeshare-Priority and Timeshare-Deadline-Ms (the body keeps them): "
                          "the edge then decides before it reads the body, which behind Serve's "
                          "proxy is a call back to the proxy. Default: in the body only.")
+    ap.add_argument("--request-start", action="store_true",
+                    help="Stamp each request X-Request-Start (its planned send time, Unix "
+                         "seconds), as a front proxy such as nginx does: the edge then starts "
+                         "its deadline there, so the wait in front of it (Serve's proxy and "
+                         "its queue) counts. Default: no stamp.")
     ap.add_argument("--demo-repo", default=None,
                     help="An existing demo repository with iris-mlp2x16 (else one is built).")
     return ap.parse_args()
@@ -318,7 +325,8 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every run reports (the full run adds its levels and server)."""
     return {"device_ms": args.device_ms, "edge_overrides": args.edge_overrides,
             "deadline_ms": args.deadline_ms, "mix": MIX, "seconds_per_level": args.seconds,
-            "class_in_headers": bool(args.class_headers)}
+            "class_in_headers": bool(args.class_headers),
+            "request_start_stamped": bool(args.request_start)}
 
 
 def _ceilings(arms: dict[str, Any], ceilings: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Mounted around the HTTP app (``mount_edge``), it:
 
 1. stamps the arrival time (``time.monotonic``) on every HTTP request's scope
    (``scope["timeshare.arrival_s"]``; :func:`arrival_s` reads it), so the deadline clock starts
-   here and not once the pipeline sees the request;
+   here and not once the pipeline sees the request; an infer request that a front proxy stamped
+   ``X-Request-Start`` starts its clock at that stamp instead (``router.front_stamp``);
 2. for inference POSTs only, refuses by ``Content-Length`` (413), reads the body with a total
    timeout and a minimum rate after a grace period (408), bounds how many connections may be
    reading a body at once separately from the work in flight (503), and follows the JSON nesting
@@ -23,12 +24,14 @@ Mounted around the HTTP app (``mount_edge``), it:
 
 Not covered here, said plainly: time spent in Ray Serve's proxy and its queue in front of the
 ingress replica is before this code runs (bounded by the ingress's ``max_ongoing_requests`` and
-``max_queued_requests``, see ``router.app``).
+``max_queued_requests``, see ``router.app``); it counts against the deadline only when something
+in front stamps ``X-Request-Start`` (Serve's proxy does not).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -48,12 +51,16 @@ from router._private.within import within
 from router.edge_body import DepthScanner, sniff_deadline_ms, sniff_priority
 from router.edge_state import EdgeState
 from router.errors import Overloaded, ServiceUnavailable
+from router.front_stamp import HEADER as REQUEST_START
+from router.front_stamp import front_wait_s
 from router.loop_load import LoopLoad
 from router.schemas import InferenceRequest, InferenceResponse
 
 __all__ = ["ADMITTED", "ARRIVAL_KEY", "USED_BACKEND_KEY", "EdgeGate", "EdgeMiddleware",
            "EdgeSettings", "EdgeState", "Verdict", "arrival_s", "mount_edge", "outside",
            "shed_reason", "used_the_backend"]
+
+log = logging.getLogger("ray.serve")
 
 ARRIVAL_KEY = "timeshare.arrival_s"
 SHED_KEY = "timeshare.shed"
@@ -111,6 +118,14 @@ class EdgeSettings(BaseModel):
     ingress_max_queued_requests: int = Field(
         64, ge=-1, description="Ray Serve max_queued_requests of the ingress (-1 = unbounded); "
                                "past it Ray's proxy answers 503 at once.")
+    request_start: bool = Field(
+        True, description="Start an infer request's deadline at its front proxy's "
+                          "X-Request-Start stamp when it has one (router.front_stamp): the wait "
+                          "in front of the edge counts against the deadline. Needs the front's "
+                          "clock synchronised with this host's.")
+    request_start_max_age_s: float = Field(
+        30.0, gt=0, description="An X-Request-Start stamp older than this is ignored (a wrong "
+                                "unit or a broken clock), not held against the request.")
 
 
 def arrival_s(scope: Scope) -> float | None:
@@ -157,7 +172,8 @@ def _with_retry_after(send: Send, seconds: int) -> Send:
 
 # The request headers the edge reads, found in one pass over the raw list (the first of each)
 _EDGE_HEADERS = frozenset({b"content-length", b"inference-header-content-length",
-                           b"timeshare-priority", b"x-priority", b"timeshare-deadline-ms"})
+                           b"timeshare-priority", b"x-priority", b"timeshare-deadline-ms",
+                           REQUEST_START})
 
 
 def _edge_headers(scope: Scope) -> dict[bytes, str]:
@@ -306,8 +322,10 @@ class EdgeMiddleware:
     def __init__(self, app: ASGIApp, *, settings: EdgeSettings, max_body_bytes: int,
                  default_deadline_ms: float, clock: Callable[[], float] = time.monotonic,
                  infer: InferHandler | None = None, loop_load: LoopLoad | None = None,
-                 gate: EdgeGate | None = None) -> None:
+                 gate: EdgeGate | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.app = app
+        self.wall_clock = wall_clock  # Unix time, for a front proxy's X-Request-Start
         self.infer = infer
         self.settings = settings
         self.max_body_bytes = max_body_bytes
@@ -334,6 +352,12 @@ class EdgeMiddleware:
             return
         self.loop_load.touch()
         headers = _edge_headers(scope)
+        # the deadline's start: arrival here, or earlier by the front proxy's stamp (the wait
+        # in front of the edge counts against it); the body's read and Server-Timing's
+        # ``edge`` run from arrival here
+        start = arrived - self._front_wait_s(headers)
+        if start != arrived:
+            scope[ARRIVAL_KEY] = start
         try:
             json_limit = self._sizes(headers)
             known = self._from_headers(headers)
@@ -342,7 +366,7 @@ class EdgeMiddleware:
                 body = await self._read(headers, receive, arrived, json_limit)
                 known = self._priority(headers, body), self._deadline_s(headers, body)
             priority, deadline_s = known
-            verdict = self.gate.decide(priority, elapsed_s=self.clock() - arrived,
+            verdict = self.gate.decide(priority, elapsed_s=self.clock() - start,
                                        deadline_s=deadline_s)
             if body is None:  # both came as headers: decided before the body is read, so a
                 # refusal never waits for it (behind Serve's proxy it is a call back to the
@@ -362,6 +386,24 @@ class EdgeMiddleware:
             scope[SHED_KEY] = verdict.shed_reason
             await self._app(scope, body, receive,
                             _with_retry_after(send, verdict.retry_after_s), arrived)
+
+    def _front_wait_s(self, headers: dict[bytes, str]) -> float:
+        """The wait in front of the edge by the request's ``X-Request-Start`` stamp, 0 without
+        one (or when the settings ignore it); an unusable stamp is counted and ignored."""
+        raw = headers.get(REQUEST_START)
+        if raw is None or not self.settings.request_start:
+            return 0.0
+        wait = front_wait_s(raw, now_s=self.wall_clock(),
+                            max_age_s=self.settings.request_start_max_age_s)
+        if wait is None:
+            if "request_start:ignored" not in self.state.counts:  # once: a front's setting
+                log.warning("X-Request-Start %r ignored: not a Unix time, or older than %s s "
+                            "(edge.request_start_max_age_s); later ones are only counted "
+                            "(/v2/status: edge)", raw[:40],
+                            self.settings.request_start_max_age_s)
+            self.state.count("request_start:ignored")
+            return 0.0
+        return wait
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes,
                        priority: Priority, arrived: float) -> None:

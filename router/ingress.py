@@ -348,6 +348,8 @@ class Ingress:
         out["firing_alerts"] = [] if evaluator is None else [dict(a.labels)
                                                              for a in evaluator.firing()]
         out["caller_keys"] = self._caller_keys is not None
+        # this replica's edge: shed and refused by reason, unusable X-Request-Start stamps
+        out["edge"] = {} if self._gate is None else dict(self._gate.state.counts)
         if self._alerter is not None:
             try:
                 out["alerts"] = await self._alerter.status.remote()

@@ -406,3 +406,59 @@ async def test_the_gate_streams_a_call_in_flight_until_its_last_answer() -> None
     shed = [r async for r in gate.stream(_gate_request(Priority.BATCH), elapsed_s=0.0,
                                          deadline_s=0.5, answers=two_answers)]
     assert len(shed) == 2 and gate.state.total == 100  # shed: not counted in flight
+
+
+def _stamped_mw(**kw):
+    """An edge whose wall clock reads Unix time 1_800_000_000.0 while its monotonic one reads
+    100.0."""
+    clock = FakeClock(100.0)
+    app = App()
+    mw = EdgeMiddleware(app, settings=EdgeSettings(**kw), max_body_bytes=1000,
+                        default_deadline_ms=500, clock=clock, wall_clock=lambda: 1.8e9)
+    return mw, app, clock
+
+
+async def test_a_front_proxys_stamp_starts_the_deadline_before_arrival() -> None:
+    """``X-Request-Start``: the wait in front of the edge counts against the deadline; the
+    body's read and Server-Timing's ``edge`` still run from arrival here."""
+    mw, app, clock = _stamped_mw(initial_service_s=0.02, shed_to_fallback=False)
+    status, headers, _ = await _call(mw, _scope(None, {"X-Request-Start": "t=1799999999900"}),
+                                     [b"{}"])  # 100 ms in front (ms since the epoch)
+    assert status == 200
+    assert app.seen[-1][0][ARRIVAL_KEY] == pytest.approx(clock() - 0.1)
+    assert headers[b"server-timing"] == b"edge;dur=0.00"
+    # four interactive requests in flight (20 ms each): one more that waited 450 ms in front
+    # cannot make its 500 ms deadline behind them and is refused; unstamped, it could
+    app.hold.clear()
+    held = [asyncio.create_task(_call(mw, _scope(None), [b"{}"])) for _ in range(4)]
+    await asyncio.sleep(0.01)
+    status, _, payload = await _call(mw, _scope(None, {"X-Request-Start": "1799999999.55"}),
+                                     [b"{}"])
+    assert status == 503 and json.loads(payload)["error"].startswith("would_miss_deadline")
+    held.append(asyncio.create_task(_call(mw, _scope(None), [b"{}"])))
+    await asyncio.sleep(0.01)
+    assert mw.state.total == 5
+    app.hold.set()
+    assert [s for s, _, _ in await asyncio.gather(*held)] == [200] * 5
+    # past its deadline already: let through to its labelled fallback (the policy's rule for
+    # a deadline no idle backend could meet), which its start tells to answer at once
+    status, _, _ = await _call(mw, _scope(None, {"X-Request-Start": "1799999999.4"}), [b"{}"])
+    assert status == 200 and app.seen[-1][0][ARRIVAL_KEY] == pytest.approx(clock() - 0.6)
+
+
+@pytest.mark.parametrize("stamp", ["t=1800000000.25", "t=soon", "t=1799999960", "", "t=-5"])
+async def test_a_stamp_from_the_future_or_unusable_costs_the_request_nothing(stamp) -> None:
+    """A clock behind (the future) is no wait; one that does not parse or is older than
+    ``request_start_max_age_s`` (30 s) is ignored and counted, never refused."""
+    mw, app, clock = _stamped_mw()
+    status, _, _ = await _call(mw, _scope(None, {"X-Request-Start": stamp}), [b"{}"])
+    assert status == 200 and app.seen[0][0][ARRIVAL_KEY] == clock()
+    ignored = {} if stamp == "t=1800000000.25" else {"request_start:ignored": 1}
+    assert mw.state.counts == ignored
+
+
+async def test_the_stamp_is_not_read_when_the_settings_say_so() -> None:
+    mw, app, clock = _stamped_mw(request_start=False)
+    status, _, _ = await _call(mw, _scope(None, {"X-Request-Start": "t=1799999999"}), [b"{}"])
+    assert status == 200 and app.seen[0][0][ARRIVAL_KEY] == clock()
+    assert mw.state.counts == {}

@@ -7,10 +7,12 @@ no-op behind Serve's proxy (what the proxy carries at all) is read beside Timesh
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 
-from benchmarks._openloop import Client, _reason
+from benchmarks._openloop import Client, _reason, run_open
 from benchmarks._proxy_ceiling import ceiling_summary
-from benchmarks.overload_http import _beside_ceiling, level_job, summarize, targets
+from benchmarks.overload_http import MIX, _beside_ceiling, level_job, summarize, targets
 
 # [class, latency_s, status, degraded, shed, edge_s, reason]
 OK = ["realtime", 0.05, 200, False, False, 0.04, None]
@@ -100,9 +102,46 @@ def test_the_load_client_sends_the_class_as_headers_when_asked():
     lines = head.split(b"\r\n")
     assert b"Timeshare-Priority: batch" in lines and b"Timeshare-Deadline-Ms: 500" in lines
     assert b"Content-Length: 2" in lines and lines[0] == b"POST /v2/models/m/infer HTTP/1.1"
-    args = argparse.Namespace(class_headers=True, deadline_ms=500.0, seconds=1.0)
+    args = argparse.Namespace(class_headers=True, deadline_ms=500.0, seconds=1.0,
+                              request_start=False)
     job = level_job(1, 10.0, 2, args=args)
     assert job["headers"]["realtime"] == {"Timeshare-Priority": "realtime",
                                           "Timeshare-Deadline-Ms": "500"}
     assert "headers" not in level_job(1, 10.0, 2, args=argparse.Namespace(
-        class_headers=False, deadline_ms=500.0, seconds=1.0))
+        class_headers=False, deadline_ms=500.0, seconds=1.0, request_start=False))
+
+
+async def test_the_load_client_stamps_each_request_at_its_planned_instant_when_asked():
+    """``--request-start``: every request carries ``X-Request-Start`` (Unix seconds), as a front
+    proxy stamps it, between its request line and its other headers, the body intact."""
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                seen.append(head + await reader.readexactly(length))
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except asyncio.IncompleteReadError:  # the client closed its keep-alive connection
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    args = argparse.Namespace(class_headers=False, deadline_ms=500.0, seconds=0.5,
+                              request_start=True)
+    job = {**level_job(port, 40.0, 1, args=args), "path": "/p", "body": {c: '{"x": "%d"}'
+                                                                     for c in MIX}}
+    sent_from = time.time()
+    async with server:
+        answers = await run_open(job)
+    assert answers and [a[2] for a in answers] == [200] * len(answers) == [200] * len(seen)
+    for raw in seen:
+        lines = raw.split(b"\r\n")
+        assert lines[0] == b"POST /p HTTP/1.1" and lines[1].startswith(b"X-Request-Start: t=")
+        assert sent_from < float(lines[1][19:]) < time.time() and raw.endswith(b'{"x": "%d"}')
+    job.pop("request_start")
+    seen.clear()
+    async with await asyncio.start_server(serve, "127.0.0.1", port):
+        await run_open(job)
+    assert seen and not any(b"X-Request-Start" in raw for raw in seen)
