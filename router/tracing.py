@@ -15,6 +15,9 @@ clock unless said otherwise):
 - ``timeshare.request``: the root, arrival at the edge → the answer recorded; attributes
   ``priority``, ``caller``, ``served_by``, ``cache``, ``degraded``, ``route``.
 - ``timeshare.edge``: arrival → the pipeline starts (body read, decode, edge admission).
+
+  "Arrival" is the request's deadline start: a front proxy's ``X-Request-Start`` stamp when it
+  has one (``router.front_stamp``), so both spans then also hold the wait in front of the edge.
 - ``timeshare.route`` (routes only): the pipeline starts → the last model's answer
   (``strategy``, ``decision``); the per-model spans below are its children.
 - ``timeshare.cache``, per model: the lookup (a hit: until the answer; a miss: until the chain

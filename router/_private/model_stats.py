@@ -91,7 +91,8 @@ class ModelStatsRecorder(Recorder):
         if response is None:
             return
         # End to end at this replica: from the edge's arrival stamp (time.monotonic, as this
-        # recorder's clock in the app) when there is one, else from the pipeline's start.
+        # recorder's clock in the app; a front proxy's X-Request-Start moves it earlier) when
+        # there is one, else from the pipeline's start.
         arrival = request.arrival_s
         classes.observe(priority, (elapsed_s if arrival is None else now - arrival,), now=now)
         if response.degraded:
