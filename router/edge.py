@@ -399,7 +399,7 @@ class EdgeMiddleware:
             if "request_start:ignored" not in self.state.counts:  # once: a front's setting
                 log.warning("X-Request-Start %r ignored: not a Unix time, or older than %s s "
                             "(edge.request_start_max_age_s); later ones are only counted "
-                            "(/v2/status: edge)", raw[:40],
+                            "(/v2/status: ingress.replicas.<replica>.edge)", raw[:40],
                             self.settings.request_start_max_age_s)
             self.state.count("request_start:ignored")
             return 0.0

@@ -211,8 +211,8 @@ def _health_routes(front: Frontend) -> APIRouter:
                 "extensions": ["binary_tensor_data", "model_repository", "timeshare_status"]}
 
     @r.get("/v2/status", responses=responses(
-        {200: ok(description="Pools, models, breakers, cache, the edge's counters, alerts "
-                             "(see the README).",
+        {200: ok(description="Pools, models, every ingress replica's breakers and edge "
+                             "counters, cache, alerts (see the README).",
                  content={"application/json": {"schema": {"type": "object"}}})}, 401))
     async def status(request: Request):
         if front.api_key is not None:  # inventory, budgets, breakers: operators only

@@ -252,7 +252,8 @@ class Ingress:
             return frozenset()
 
     def _own_view(self) -> dict[str, Any]:
-        return own_view(self.breakers, self._quotas, self.cache.redis_available)
+        return own_view(self.breakers, self._quotas, self.cache.redis_available,
+                        None if self._gate is None else self._gate.state.counts)
 
     def _alert(self, alert: dict[str, Any]) -> None:
         if self._alerter is not None:
@@ -348,8 +349,6 @@ class Ingress:
         out["firing_alerts"] = [] if evaluator is None else [dict(a.labels)
                                                              for a in evaluator.firing()]
         out["caller_keys"] = self._caller_keys is not None
-        # this replica's edge: shed and refused by reason, unusable X-Request-Start stamps
-        out["edge"] = {} if self._gate is None else dict(self._gate.state.counts)
         if self._alerter is not None:
             try:
                 out["alerts"] = await self._alerter.status.remote()

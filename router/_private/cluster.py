@@ -3,6 +3,7 @@ the per-replica view that /v2/status aggregates."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import ray
@@ -48,8 +49,9 @@ def build_views(s: AppSettings) -> ReplicaViews:
 
 
 def own_view(breakers: BreakerRegistry, quotas: CallerQuotas | None,
-             cache_redis: bool | None) -> dict[str, Any]:
-    """What this replica alone knows: its breakers and its view of the shared stores."""
+             cache_redis: bool | None, edge: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """What this replica alone knows: its breakers, its view of the shared stores, and its
+    edge's counters (``edge``: shed and refused by reason, ignored X-Request-Start stamps)."""
     try:
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001
@@ -59,4 +61,5 @@ def own_view(breakers: BreakerRegistry, quotas: CallerQuotas | None,
         "breakers": {f"{m}@{p}": st.value.lower() for (m, p), st in breakers.states().items()},
         "quota_store_down": bool(quota_stores_down(quotas)),
         "cache_redis_available": cache_redis,
+        "edge": dict(edge or {}),
     }

@@ -170,13 +170,15 @@ def test_caller_rate_is_cluster_wide_and_survives_redis_loss(cluster) -> None:
 
 
 def _check_status_names_both_replicas(client: httpx.Client) -> None:
-    """/v2/status, answered by either replica, shows both replicas' breakers, by name."""
+    """/v2/status, answered by either replica, shows both replicas' breakers and edge counters,
+    by name."""
     for _ in range(4):
         st = client.get("/v2/status", headers={"Authorization": f"Bearer {API_KEY}"}).json()
         views = st["ingress"]["replicas"]
         assert st["ingress"]["complete"] and len(views) == 2, st["ingress"]
         assert st["replica"] in views
-        assert all(isinstance(v["breakers"], dict) and v["node"] for v in views.values()), views
+        assert all(isinstance(v["breakers"], dict) and isinstance(v["edge"], dict) and v["node"]
+                   for v in views.values()), views
 
 
 def _alerted(receiver) -> bool:
