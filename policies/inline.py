@@ -47,11 +47,12 @@ INLINE_STALL = 10.0  # a chunk this many times inline_ms disqualifies the model 
 # this small (docs/PERFORMANCE.md, "The small forwards woke a second thread").
 ONE_THREAD_BELOW_S = 0.5e-3
 # An inline chunk always runs with one: it is small by definition (at most inline_ms), and the
-# loop thread would wait for the thread it wakes. The per-row estimate also over-counts larger
+# loop thread would wait for the thread it wakes. A per-row estimate also over-counted larger
 # chunks of a forward that is mostly a fixed cost: on a busy loop digits-small's forward took
 # 130-300 µs of CPU a chunk whatever its rows (12-25 µs alone, caches hot), the ingress's pool
 # estimated 40-60 µs a row, and one chunk in seven, the 10-row ones, was estimated over
-# ONE_THREAD_BELOW_S and ran on two threads (docs/PERFORMANCE.md, "The thread fed itself").
+# ONE_THREAD_BELOW_S and ran on two threads (docs/PERFORMANCE.md, "The thread fed itself");
+# the estimate is now a fixed part plus a part per row (policies.estimates.ChunkCost).
 INLINE_THREADS = 1
 
 

@@ -25,10 +25,11 @@ class DeviceSpec:
     ``inline_bounded_only``: inline only models whose forward pass is proven bounded by its input
     shapes (``pool._private.bounded``: a TorchScript or exported graph without loops, Python
     calls or values read as sizes, or an ONNX graph by ``pool._private.bounded_onnx``'s rules),
-    so no request's values can hang the loop; such a graph's estimate is its forward's CPU per
-    row (it cannot sleep), not the device thread's wall time, which behind a busy loop is mostly
-    waiting for the GIL. For loops shared with other work that must stay responsive (the
-    ingress's in-process CPU pool); 0 ``inline_ms`` keeps every chunk on the device thread.
+    so no request's values can hang the loop; such a graph's estimate is its forward's measured
+    CPU, a fixed part plus a part per row (``policies.estimates.ChunkCost``; it cannot sleep),
+    not the device thread's wall time, which behind a busy loop is mostly waiting for the GIL.
+    For loops shared with other work that must stay responsive (the ingress's in-process CPU
+    pool); 0 ``inline_ms`` keeps every chunk on the device thread.
     ``pin_cores`` (CPU only; ``auto`` | ``on`` | ``off``): with two or more replicas on a
     machine, each pins its threads to its own share of the physical cores; ``auto`` does so on
     multi-socket machines only (``pool._private.cpu_affinity`` says why).

@@ -106,11 +106,12 @@ class BatchBuilder:
         return b
 
     def _forward_s(self, entry: ModelQueue, rows: int, *, cpu: bool) -> float:
-        """``rows`` rows' forward pass by ``entry``'s measured cost per row: its CPU time where
-        ``cpu`` and it was measured, else its wall time on the device thread."""
-        row_s = entry.ewma_cpu_row_s if cpu and entry.ewma_cpu_row_s is not None \
-            else entry.ewma_row_s
-        return rows * row_s
+        """``rows`` rows' forward pass by ``entry``'s measured cost: its CPU time where ``cpu``
+        and it was measured (fixed part and per row, ``policies.estimates.ChunkCost``), else its
+        wall time on the device thread per row."""
+        if cpu and entry.cpu_cost is not None:
+            return entry.cpu_cost.estimate_s(rows)
+        return rows * entry.ewma_row_s
 
     def _inline_forward_s(self, entry: ModelQueue, rows: int) -> float:
         # A bounded graph cannot sleep: off a busy host its wall time is its CPU time. The

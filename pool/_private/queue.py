@@ -16,7 +16,7 @@ import numpy as np
 
 from common.fallback_types import DeadlineTooShort, RequestExpired
 from policies.device_queue import ModelView, RequestView
-from policies.estimates import ewma
+from policies.estimates import ChunkCost, ewma
 from policies.priority import Priority
 from policies.scheduling import ScheduleDecision
 from pool.class_window import ClassWindow
@@ -72,10 +72,10 @@ class ModelQueue:
     last_arrival: float | None = None
     ewma_gap_s: float = float("inf")  # inter-arrival time: does waiting for a batch pay?
     thread_runs: int = 0  # chunks measured on the device thread
-    # The forward pass's CPU per row on the thread that ran it: what a chunk costs run inline
-    # on the loop, for a graph proven bounded (the device thread's wall time, ``ewma_row_s``,
-    # also holds its waits for the GIL and the cores; None until measured).
-    ewma_cpu_row_s: float | None = None
+    # The forward pass's CPU on the thread that ran it, fixed part and per row: what a chunk
+    # costs run inline on the loop, for a graph proven bounded (the device thread's wall time,
+    # ``ewma_row_s``, also holds its waits for the GIL and the cores; None until measured).
+    cpu_cost: ChunkCost | None = None
     # Why this model never runs inline (a chunk stalled, or its graph is not proven bounded:
     # see DeviceSpec.inline_ms); None while it may.
     inline_refused: str | None = None

@@ -36,7 +36,7 @@ from torch import nn
 
 from common.fallback_types import RequestExpired
 from policies.device_queue import ModelView, RequestView, SchedulerSnapshot
-from policies.estimates import Pace, ewma, queue_delay_by_class
+from policies.estimates import ChunkCost, Pace, ewma, queue_delay_by_class
 from policies.eviction import EvictionPolicy
 from policies.inline import Arrival, TickGather, waits_for_the_thread
 from policies.priority import Priority
@@ -717,8 +717,13 @@ class DeviceWorker:
         stale = self._stale(entry, now)
         entry.ewma_row_s = ewma(None if stale else entry.ewma_row_s, b.device_s / max(b.rows, 1))
         if b.device_cpu_s is not None:
-            entry.ewma_cpu_row_s = ewma(None if stale else entry.ewma_cpu_row_s,
-                                        b.device_cpu_s / max(b.rows, 1))
+            cpu = entry.cpu_cost
+            if cpu is None:
+                entry.cpu_cost = ChunkCost.first(rows=b.rows, cost_s=b.device_cpu_s)
+            elif stale:
+                cpu.restart(rows=b.rows, cost_s=b.device_cpu_s)
+            else:
+                cpu.observe(rows=b.rows, cost_s=b.device_cpu_s)
         entry.measured_at = now
         if b.alone and b.work_s:
             # Launch to completion against what the decision estimated: the hops and loop

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from common.fallback_types import RequestExpired
+from policies.estimates import ChunkCost
 from policies.inline import ONE_THREAD_BELOW_S
 from policies.priority import Priority
 from pool import ModelKey
@@ -132,10 +133,33 @@ async def test_a_bounded_graph_is_judged_by_its_cpu_not_the_threads_waits(probe_
     for _ in range(INLINE_AFTER_RUNS):
         await w.infer(KEY, {"x": x})
     entry = w.queues.models[KEY]
-    assert entry.ewma_cpu_row_s is not None and entry.ewma_cpu_row_s < 1e-3
+    assert entry.cpu_cost is not None and entry.cpu_cost.estimate_s(1) < 1e-3
     entry.ewma_row_s = 0.3  # what a contended device thread measured: 300x inline_ms
     await w.infer(KEY, {"x": x})
     assert w.status()["inline_chunks"] == 1
+
+
+async def test_a_mostly_fixed_forward_keeps_larger_chunks_inline(probe_worker):
+    """The inline rule reads a chunk's CPU as a fixed part plus a part per row: after a run of
+    one-row chunks a 12-row chunk of a forward that costs about the same whatever its rows
+    stays on the loop (a cost per row read it at over 2 ms, over the ingress's 1 ms, and sent it
+    to the device thread: test_chunk_cost.py)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 4).eval()
+    w, _ = await probe_worker(inline_ms=1.0, bounded_only=True, module=torch.jit.script(lin))
+    for _ in range(INLINE_AFTER_RUNS):
+        await w.infer(KEY, {"x": torch.randn(1, 16)})
+    entry = w.queues.models[KEY]
+    cost = ChunkCost.first(rows=12, cost_s=350e-6)  # what a busy host measured
+    for rows, cost_s in [(12, 350e-6)] * 9 + [(1, 300e-6)] * 15:
+        cost.observe(rows=rows, cost_s=cost_s)
+    assert 12 * cost.cost_s / cost.rows > 2e-3  # even the mean cost per row reads it dear
+    entry.cpu_cost = cost
+    x = torch.randn(12, 16)
+    r = await w.infer(KEY, {"x": x})
+    torch.testing.assert_close(r.outputs["y"], lin(x).detach())
+    assert entry.thread_runs == INLINE_AFTER_RUNS  # (the pool may cut the rows in chunks)
+    assert w.status()["inline_chunks"] >= 1
 
 
 async def test_an_unproven_model_is_judged_by_its_wall_time(probe_worker):
@@ -145,7 +169,9 @@ async def test_an_unproven_model_is_judged_by_its_wall_time(probe_worker):
     probe.stall_s = 0.02
     for _ in range(INLINE_AFTER_RUNS + 3):
         await w.infer(KEY, {"x": torch.randn(1, 16)})
-    assert w.queues.models[KEY].ewma_cpu_row_s < 0.005 < w.queues.models[KEY].ewma_row_s
+    entry = w.queues.models[KEY]
+    assert entry.cpu_cost is not None
+    assert entry.cpu_cost.estimate_s(1) < 0.005 < entry.ewma_row_s
     assert all(_on_device_thread(probe.seen)) and w.status()["inline_chunks"] == 0
 
 
