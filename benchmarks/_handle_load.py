@@ -85,6 +85,9 @@ def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
     documented way in: concurrent calls share handle calls, ``Ingress.infer_many``);
     ``timeshare_raw`` calls the bare handle (``ts.infer.remote``, one Ray call per request), as
     stock's arm does. Each arm also reports the handle calls it made (``handle_calls``).
+    Every arm pickles its calls with plain pickle, as the typed client does by default: on
+    Serve's gRPC transport (these runs' settings) it is the fastest way a capable caller has
+    to send a numpy array, so stock's handle gets it too.
     """
     import asyncio
 
@@ -97,7 +100,9 @@ def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
         # one event loop for every run: with Serve's router on the caller's loop
         # (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0, throughput-optimized mode) a handle is bound
         # to the loop it was first used on
-        ts, stock = serve.get_app_handle("timeshare"), serve.get_app_handle("stock")
+        ts, stock = (serve.get_app_handle(app).options(request_serialization="pickle",
+                                                       response_serialization="pickle")
+                     for app in ("timeshare", "stock"))
         client = TimeshareClient(ts)
         bypass = CacheControl(skip_read=True, skip_write=True)
         calls = {

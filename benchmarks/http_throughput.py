@@ -15,8 +15,9 @@ Arms: ``timeshare`` (cache bypassed: ``cache_skip_read``/``cache_skip_write``), 
 under plain uvicorn in its own process, closed loop only: Serve's per-request share); over HTTP
 v2 JSON and over the handle (Timeshare's typed client ``TimeshareClient.infer_async``, whose
 concurrent calls share handle calls, and the bare ``infer.remote(InferenceRequest)`` as
-``timeshare_raw``, vs the stock deployment's ``infer.remote(array)``), and the in-process
-forward pass.
+``timeshare_raw``, vs the stock deployment's ``infer.remote(array)``; every handle arm pickles
+its calls with plain pickle, the typed client's default and the fastest for stock's array too),
+and the in-process forward pass.
 
 Runs: closed loop at concurrency 1 and 16 (``--closed-s`` each, after a warm-up), in
 ``--rounds`` interleaved rounds: each round runs every arm for its share of ``--closed-s``, in

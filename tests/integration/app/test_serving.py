@@ -322,6 +322,44 @@ def test_concurrent_client_calls_share_handle_calls_and_keep_their_own_answers(a
                                        atol=1e-5)
 
 
+def test_client_calls_cross_serves_grpc_transport_with_plain_pickle(app):
+    """``TimeshareClient`` pickles its calls with plain pickle (``router.client``). Over Serve's
+    gRPC transport (``_by_reference=False``: every handle's under ``make serve``'s settings),
+    single and shared calls get the answers the cloudpickle client gets, and errors arrive as
+    the typed exceptions, with their fields."""
+    import asyncio
+
+    from ray import serve
+
+    from router.client import TimeshareClient
+    from router.errors import InvalidRequest, ModelNotFound
+
+    x = load_splits("digits").test_x[:6]
+    grpc_handle = serve.get_app_handle("timeshare").options(_by_reference=False)
+    assert TimeshareClient(grpc_handle).handle.handle_options.response_serialization == "pickle"
+    with pytest.raises(ValueError, match="serialization"):
+        TimeshareClient(grpc_handle, serialization="json")  # type: ignore[arg-type]
+
+    async def run(client: TimeshareClient) -> list:
+        alone = await client.infer_async("digits-small", {"pixels": x[:1]}, deadline_ms=60000)
+        shared = [client.infer_async("digits-small", {"pixels": x[i:i + 1]}, deadline_ms=60000)
+                  for i in range(len(x))]
+        shared += [client.infer_async("nope", {"pixels": x[:1]}),
+                   client.infer_async("digits-small", {"pixels": np.zeros((1, 3))})]
+        return [alone, *await asyncio.gather(*shared, return_exceptions=True)]
+
+    plain = asyncio.run(run(TimeshareClient(grpc_handle, max_in_flight=1)))
+    cloud = asyncio.run(run(TimeshareClient(grpc_handle, max_in_flight=1,
+                                            serialization="cloudpickle")))
+    for got, want in zip(plain[:-2], cloud[:-2], strict=True):
+        assert not isinstance(got, BaseException), got
+        assert got.served_by == want.served_by == "cpu:digits-small@1"
+        np.testing.assert_array_equal(got.outputs["logits"], want.outputs["logits"])
+    missing, bad = plain[-2:]
+    assert isinstance(missing, ModelNotFound) and missing.field == "model", missing
+    assert isinstance(bad, InvalidRequest) and bad.field == "inputs.pixels", bad
+
+
 def test_infer_many_refuses_what_is_not_a_bounded_list(app):
     from router.errors import InvalidRequest
     from router.schemas import MAX_REQUESTS_PER_CALL, InferenceRequest
