@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,9 @@ def _replica_pid(app: str) -> int | None:
 _INGRESS = {"timeshare": "Ingress", "stock": "Stock"}
 
 
-def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
+def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray,
+                device: Callable[[], Any] | None = None,
+                device_delta: Callable[[Any, Any], Any] | None = None) -> dict:
     """Closed loops at c=1 and c=16 over each app's handle (``args.model``, ``args.handle_s``).
 
     Timeshare's arms call through its typed client (``router.client.TimeshareClient``, the
@@ -88,6 +91,9 @@ def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
     Every arm pickles its calls with plain pickle, as the typed client does by default: on
     Serve's gRPC transport (these runs' settings) it is the fastest way a capable caller has
     to send a numpy array, so stock's handle gets it too.
+
+    ``device`` / ``device_delta``: read Timeshare's CPU pool counters and what they did over
+    a run (``benchmarks.http_throughput``), as the HTTP arms report them (``device``).
     """
     import asyncio
 
@@ -118,8 +124,11 @@ def handle_runs(args: argparse.Namespace, in_name: str, x: np.ndarray) -> dict:
             out[arm] = {}
             for c in (1, 16):
                 before = client.coalescing()
+                pool0 = device() if device and arm != "stock" else None
                 r = await _closed(call, c, args.handle_s, 1.0, pids[arm])
                 after = client.coalescing()
+                if pool0 is not None and device and device_delta:
+                    r["device"] = device_delta(pool0, device())
                 if arm not in ("timeshare_raw", "stock"):
                     r["handle_calls"] = after["calls"] - before["calls"]
                     r["requests_sent"] = after["requests"] - before["requests"]

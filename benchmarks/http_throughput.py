@@ -340,7 +340,9 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
                 for a in answers}
         http, sweeps = _http_runs(load, args, targets)
         try:
-            handle = handle_runs(args, in_name, x)
+            ts_port = targets["timeshare"][0]
+            handle = handle_runs(args, in_name, x, device=lambda: _device_counters(ts_port),
+                                 device_delta=_device_delta)
         except Exception as e:  # noqa: BLE001 - the HTTP figures stand without the handle's
             handle = {"error": f"{type(e).__name__}: {e}"}
     finally:
