@@ -255,19 +255,28 @@ def _ceiling(mode: str, *, args, capacity: float) -> dict[str, Any]:
 def _beside_ceiling(arms: dict[str, Any], ceilings: dict[str, Any]) -> dict[str, Any]:
     """Per proxy arm and level: Timeshare's goodput beside the no-op's answers in time, both
     over Timeshare's capacity; the no-op's share back within the deadline and within the 50 ms
-    a shed answer is allowed; and whether the no-op got 95 % back within the deadline (where it
-    did not, the proxy cannot carry that level for any app)."""
+    a shed answer is allowed; whether the no-op got 95 % back within the deadline (where it
+    did not, the proxy cannot carry that level for any app); and the no-op's p99 beside the
+    bound Timeshare's realtime p99 is held to there (its 1x p99 + 50 ms; where the no-op's own
+    p99 is past it, no app's realtime answers can meet it behind that proxy)."""
     out: dict[str, Any] = {}
     for mode, ceiling in ceilings.items():
         arm = arms.get(mode, {})
         if "levels" not in ceiling or "levels" not in arm:
             continue
+        rt1 = arm["levels"]["1x"]["classes"]["realtime"]["served_p99_ms"] or 0.0
+        bound = round(rt1 + RT_SLACK_S * 1e3, 1)
         out[RAY_ARM_KEYS[mode]] = {name: {
             "timeshare_goodput_vs_capacity": lv["goodput_vs_capacity"],
             "noop_in_deadline_vs_capacity": ceiling["levels"][name]["in_deadline_vs_capacity"],
             "noop_in_deadline_share": ceiling["levels"][name]["in_deadline_share"],
             "noop_within_shed_limit_share": ceiling["levels"][name]["within_shed_limit_share"],
             "proxy_carries_level": ceiling["levels"][name]["in_deadline_share"] >= GOODPUT_MIN,
+            "timeshare_realtime_p99_ms": lv["classes"]["realtime"]["served_p99_ms"],
+            "realtime_p99_bound_ms": bound,
+            "noop_p99_ms": ceiling["levels"][name]["p99_ms"],
+            "noop_p99_within_realtime_bound": (ceiling["levels"][name]["p99_ms"] is not None
+                                               and ceiling["levels"][name]["p99_ms"] <= bound),
         } for name, lv in arm["levels"].items()}
     return out
 

@@ -75,17 +75,28 @@ def test_the_proxy_ceiling_counts_answers_in_time_over_the_sent_and_the_capacity
     assert lv["in_deadline_vs_capacity"] == 1.5  # three in time over two seconds, capacity 1/s
 
 
+def _rt(p99_ms: float | None) -> dict:
+    return {"realtime": {"served_p99_ms": p99_ms}}
+
+
 def test_a_level_the_noop_cannot_carry_is_marked_beside_timeshares_goodput():
-    arm = {"levels": {"1x": {"goodput_vs_capacity": 0.96}, "3x": {"goodput_vs_capacity": 0.1}}}
+    arm = {"levels": {"1x": {"goodput_vs_capacity": 0.96, "classes": _rt(60.0)},
+                      "3x": {"goodput_vs_capacity": 0.1, "classes": _rt(300.0)}}}
     ceiling = {"levels": {
         "1x": {"in_deadline_vs_capacity": 0.99, "in_deadline_share": 1.0,
-               "within_shed_limit_share": 0.97},
+               "within_shed_limit_share": 0.97, "p99_ms": 20.0},
         "3x": {"in_deadline_vs_capacity": 0.8, "in_deadline_share": 0.27,
-               "within_shed_limit_share": 0.03}}}
+               "within_shed_limit_share": 0.03, "p99_ms": 140.0}}}
     out = _beside_ceiling({"proxy": arm}, {"proxy": ceiling})["edge_behind_ray_proxy"]
     assert out["1x"]["proxy_carries_level"] and not out["3x"]["proxy_carries_level"]
     assert out["3x"]["timeshare_goodput_vs_capacity"] == 0.1
     assert out["3x"]["noop_in_deadline_share"] == 0.27
+    # the realtime bound is Timeshare's 1x p99 + 50 ms: a no-op slower than that at 3x means
+    # no app's realtime answers could meet it behind this proxy
+    assert out["3x"]["realtime_p99_bound_ms"] == 110.0
+    assert out["1x"]["noop_p99_within_realtime_bound"]
+    assert not out["3x"]["noop_p99_within_realtime_bound"]
+    assert out["3x"]["noop_p99_ms"] == 140.0 and out["3x"]["timeshare_realtime_p99_ms"] == 300.0
     # an arm or a ceiling that did not run is left out, not guessed
     assert _beside_ceiling({"proxy": {"error": "x"}}, {"proxy": ceiling}) == {}
 
