@@ -194,7 +194,8 @@ def _pooled(runs: list[dict]) -> dict:
         chunks = sum(d["chunks"] for d in known)
         out["device"] = None if len(known) < len(devices) else {
             "chunks": chunks, "inline_share": round(
-                sum(d["inline_share"] * d["chunks"] for d in known) / max(chunks, 1), 3),
+                sum((d["inline_share"] or 0.0) * d["chunks"] for d in known) / chunks, 3)
+            if chunks else None,
             "inline_waits": sum(d.get("inline_waits", 0) for d in known)}
     return out
 
@@ -293,7 +294,7 @@ def _device_counters(port: int) -> dict[str, int] | None:
 
 
 def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None
-                  ) -> dict[str, float] | None:
+                  ) -> dict[str, float | None] | None:
     """What the pool did over one run: the share of chunks run inline on the loop (a hop to
     the device thread costs the loop more than this model's forward), chunks, and the times a
     chunk waited for the device thread's batch to run inline after it
@@ -301,9 +302,9 @@ def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None
     if before is None or after is None:
         return None
     chunks = after["chunks"] - before["chunks"]
-    return {"chunks": chunks,
+    return {"chunks": chunks,  # (a run of cache hits runs none: no share to give)
             "inline_share": round((after["inline_chunks"] - before["inline_chunks"])
-                                  / max(chunks, 1), 3),
+                                  / chunks, 3) if chunks else None,
             "inline_waits": after["inline_waits"] - before["inline_waits"]}
 
 
