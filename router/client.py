@@ -20,7 +20,7 @@ default ``cloudpickle`` where Serve's gRPC transport carries handle calls
 the ingress returns is an instance of an importable class (``router.schemas``,
 ``router.errors``, numpy arrays), which is all plain pickle needs, and it pickles them about 2.5
 times as fast: cloudpickle's pure-Python hook runs once for every object of the graph. On 2
-cores that took 5-7 % off a call's CPU on each side at one caller, and 3-6 % at sixteen
+cores that took 5-8 % off a call's CPU on each side, at one caller and at sixteen
 (docs/PERFORMANCE.md, twelfth session). On Ray's by-reference transport (Ray's defaults) Ray
 serialises the call itself, and the setting changes nothing.
 
