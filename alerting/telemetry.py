@@ -17,6 +17,8 @@ Prometheus names (what ``deploy/grafana/timeshare.json`` queries):
 Per pool replica (labels pool, device, replica; read at scrape time, see
 ``alerting._private.device_instruments``): ``timeshare_swaps_total`` (direction in/out),
 ``timeshare_swap_bytes_total``, ``timeshare_swap_duration_seconds_total``,
+``timeshare_batches_total``, ``timeshare_compute_duration_seconds_total`` (its rate: the
+device's busy share),
 ``timeshare_preemptions_total`` (priority), ``timeshare_evictions_total``,
 ``timeshare_queue_depth`` (priority), ``timeshare_device_memory_usage_bytes`` (state used/free),
 ``timeshare_device_memory_limit_bytes``, ``timeshare_host_memory_usage_bytes``,

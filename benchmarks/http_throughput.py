@@ -73,7 +73,6 @@ import platform
 import shutil
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,6 +80,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks._device_status import chunks_delta, device_counters
 from benchmarks._handle_load import handle_ratios, handle_runs
 from benchmarks._handle_load import latency_stats as _stats
 from benchmarks._http_client import LoadSpec, null_server, run_load
@@ -271,41 +271,13 @@ class _Loads:
     def __call__(self, arm: str, **kw: Any) -> dict:
         port, route, body = self.targets[arm]
         meter = CpuMeter(self.pids.get(arm))
-        before = _device_counters(port) if arm == "timeshare" else None
+        before = device_counters(port) if arm == "timeshare" else None
         meter.start()
         r = self.client.submit(run_load, LoadSpec("127.0.0.1", port, route, body, **kw)).result()
         out = {**r, "server_cores": meter.stop()}
         if before is not None:
-            out["device"] = _device_delta(before, _device_counters(port))
+            out["device"] = chunks_delta(before, device_counters(port))
         return out
-
-
-def _device_counters(port: int) -> dict[str, int] | None:
-    """The ingress's CPU pool counters from ``/v2/status``: chunks, and those run inline on the
-    loop (None where the status cannot be read)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/status", timeout=10) as r:
-            st = json.loads(r.read())
-        dev = st["pools"]["cpu"]["device"]
-        return {"chunks": int(dev["chunks"]), "inline_chunks": int(dev["inline_chunks"]),
-                "inline_waits": int(dev.get("inline_waits", 0))}
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-
-
-def _device_delta(before: dict[str, int] | None, after: dict[str, int] | None
-                  ) -> dict[str, float | None] | None:
-    """What the pool did over one run: the share of chunks run inline on the loop (a hop to
-    the device thread costs the loop more than this model's forward), chunks, and the times a
-    chunk waited for the device thread's batch to run inline after it
-    (``policies.inline.waits_for_the_thread``)."""
-    if before is None or after is None:
-        return None
-    chunks = after["chunks"] - before["chunks"]
-    return {"chunks": chunks,  # (a run of cache hits runs none: no share to give)
-            "inline_share": round((after["inline_chunks"] - before["inline_chunks"])
-                                  / chunks, 3) if chunks else None,
-            "inline_waits": after["inline_waits"] - before["inline_waits"]}
 
 
 def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray,
@@ -342,8 +314,8 @@ def _serve_and_measure(args, repo: Path, path: Path, in_name: str, x: np.ndarray
         http, sweeps = _http_runs(load, args, targets)
         try:
             ts_port = targets["timeshare"][0]
-            handle = handle_runs(args, in_name, x, device=lambda: _device_counters(ts_port),
-                                 device_delta=_device_delta)
+            handle = handle_runs(args, in_name, x, device=lambda: device_counters(ts_port),
+                                 device_delta=chunks_delta)
         except Exception as e:  # noqa: BLE001 - the HTTP figures stand without the handle's
             handle = {"error": f"{type(e).__name__}: {e}"}
     finally:

@@ -33,7 +33,11 @@ the deadline; every shed answer (429/503, or labelled ``shed``) within 50 ms; re
 realtime; sent = answered. Each level also counts, per class, the answers
 served late and the degraded answers by their ``reason``, and gives how long the answers the
 device's triage refused unrun took (``expired_p50_ms`` / ``expired_p99_ms``: what a request the
-edge let through waited before its labelled fallback).
+edge let through waited before its labelled fallback), and what the device did (``device``, read
+from the app's ``/v2/status`` before and after: its batches, their mean forward time, its busy
+share, and that forward time over the one measured with the capacity, ``capacity_forward_ms``:
+a device thread that shares a busy process and host waits inside its forward for a core or the
+interpreter, and only the inverse of that ratio of the capacity is left to serve).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._device_status import compute_delta, device_counters
 from benchmarks._output import emit, stdout_to_stderr
 from benchmarks._overload_ray import run_ray_arm
 from benchmarks._overload_server import PATH, Server, infer_body, make_device_model
@@ -156,32 +161,74 @@ def level_job(port: int, rate: float, multiple: int, *, args) -> dict[str, Any]:
     return job
 
 
+DRAIN_S = 1.0  # after each level, so the next one starts on an idle server
+
+
 def level_answers(port: int, rate: float, multiple: int, *, args) -> list[list[Any]]:
     """One open-loop level's raw answers."""
     res = client(level_job(port, rate, multiple, args=args))
-    time.sleep(1.0)  # let the server drain before the next level
+    time.sleep(DRAIN_S)
     return res["answers"]
 
 
 def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -> dict[str, Any]:
-    answers = level_answers(port, rate, multiple, args=args)
-    return summarize(answers, sent=len(answers), seconds=args.seconds, capacity=capacity,
-                     deadline_s=args.deadline_ms / 1000.0)
+    before = device_counters(port)
+    res = client(level_job(port, rate, multiple, args=args))
+    # read once every answer is in (the device has run all it will for this level), over
+    # the client's own span: its first send to its last answer
+    after = device_counters(port)
+    time.sleep(DRAIN_S)
+    answers = res["answers"]
+    out = summarize(answers, sent=len(answers), seconds=args.seconds, capacity=capacity,
+                    deadline_s=args.deadline_ms / 1000.0)
+    out["device"] = level_device(before, after, seconds=res["wall_s"],
+                                 capacity_forward_ms=getattr(args, "capacity_forward_ms", None))
+    return out
+
+
+def level_device(before: dict[str, float] | None, after: dict[str, float] | None, *,
+                 seconds: float, capacity_forward_ms: float | None) -> dict[str, Any] | None:
+    """What the device did for one level (``benchmarks._device_status.compute_delta``: its
+    batches, their mean forward time, its busy share over the load client's span, ``seconds``),
+    and that forward time over the capacity
+    run's (``forward_vs_capacity``): above 1, each forward took longer than when the capacity
+    was measured, and at most its inverse of the capacity was left to serve.
+
+    >>> level_device({"chunks": 0, "compute_s": 0.0}, {"chunks": 360, "compute_s": 7.92},
+    ...              seconds=8.0, capacity_forward_ms=20.0)
+    {'batches': 360, 'forward_ms': 22.0, 'busy_share': 0.99, 'forward_vs_capacity': 1.1}
+    """
+    out = compute_delta(before, after, seconds=seconds)
+    if out is not None:
+        fwd = out["forward_ms"]
+        out["forward_vs_capacity"] = (round(fwd / capacity_forward_ms, 3)
+                                      if fwd and capacity_forward_ms else None)
+    return out
 
 
 def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str, Any]:
     server = Server(repo, edge=edge, deadline_ms=args.deadline_ms,
                     edge_json=json.dumps(args.edge_overrides) if edge else None)
     try:
+        measured = None
         if capacity is None:
+            before = device_counters(server.port)
             cap = client({"mode": "closed", "port": server.port, "path": PATH, "concurrency": 8,
                           "seconds": args.capacity_seconds,
                           "body": {"interactive": body("interactive", 60_000)}})
             ok = [a for a in cap["answers"] if a[2] == 200 and not a[3]]
             capacity = len(ok) / args.capacity_seconds
+            # the device's forward time while the capacity was measured: each level's is
+            # read against it (``level_device``)
+            measured = compute_delta(before, device_counters(server.port),
+                                     seconds=cap["wall_s"])
+            args.capacity_forward_ms = measured["forward_ms"] if measured else None
         levels = {f"{m}x": run_level(server.port, m * capacity, m, args=args, capacity=capacity)
                   for m in LEVELS}
-        return {"capacity_rps": round(capacity, 1), "levels": levels}
+        out = {"capacity_rps": round(capacity, 1), "levels": levels}
+        if measured is not None:
+            out["capacity_device"] = measured
+        return out
     finally:
         server.stop()
 
@@ -375,6 +422,9 @@ def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any]
                             "Ray Serve's proxy not in the path",
                   "cpus": os.cpu_count(), "cpu_model": cpu_model()},
         "capacity_rps": base["capacity_rps"],
+        # the device's mean forward while the capacity was measured (each level's ``device``
+        # compares its own with it)
+        "capacity_forward_ms": getattr(args, "capacity_forward_ms", None),
         "edge": edge, "baseline": base,
         **{RAY_ARM_KEYS[m]: a for m, a in ray_arms.items()},
         **_ceilings(ray_arms, ceilings),

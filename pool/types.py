@@ -122,3 +122,5 @@ class DeviceCounters:
     resident: tuple[tuple[str, int], ...] = ()  # (model@version, bytes) on the device
     hosted: tuple[str, ...] = ()  # models in the host tier
     slot: int = 0  # the replica's rank in its deployment (a replacement takes the same rank)
+    batches: int = 0  # batches the device completed
+    compute_seconds: float = 0.0  # their forward passes' device time (CUDA events on a GPU)

@@ -35,6 +35,10 @@ class DeviceSample(Protocol):
     @property
     def swap_seconds(self) -> float: ...
     @property
+    def batches(self) -> int: ...
+    @property
+    def compute_seconds(self) -> float: ...
+    @property
     def evictions(self) -> int: ...
     @property
     def preemptions(self) -> tuple[int, int, int, int]: ...
@@ -84,6 +88,13 @@ _INSTRUMENTS: list[tuple[str, str, str, str, Values]] = [
     # timeshare_swap_duration_seconds_total
     ("counter", "timeshare.swap.duration", "s", "Seconds spent in swap-ins (reserve + copy)",
      lambda s: [(s.swap_seconds, {})]),
+    # timeshare_batches_total
+    ("counter", "timeshare.batches", "", "Batches the device completed",
+     lambda s: [(s.batches, {})]),
+    # timeshare_compute_duration_seconds_total: its rate is the device's busy share
+    ("counter", "timeshare.compute.duration", "s", "Seconds the device spent in completed "
+     "batches' forward passes (CUDA events on a GPU, wall time on the CPU device)",
+     lambda s: [(s.compute_seconds, {})]),
     # timeshare_preemptions_total{priority}: the class that took the device
     ("counter", "timeshare.preemptions", "", "Started batches preempted at a chunk boundary",
      lambda s: _by_class(s.preemptions)),

@@ -27,6 +27,7 @@ class ReportedWorker(Protocol):
     expired: int
     requeued: int
     chunks: int
+    compute_s: float
     inline_chunks: int
     inline_waits: int
 
@@ -51,6 +52,7 @@ def worker_counters(w: ReportedWorker) -> DeviceCounters:
         queue_depth=stats.queue_depth, memory_used_bytes=mem.used_bytes,
         memory_free_bytes=mem.free_bytes, memory_total_bytes=mem.capacity_bytes,
         host_used_bytes=w.tiers.host.used_bytes,
+        batches=w.chunks, compute_seconds=w.compute_s,
         resident=tuple((k, w.tiers.nbytes(k)) for k in sorted(stats.resident)),
         hosted=tuple(sorted(stats.hosted)))
 
@@ -83,6 +85,9 @@ def worker_status(w: ReportedWorker) -> dict[str, Any]:
         # batches launched, then given back before they started, for more urgent work
         "requeued": w.requeued,
         "chunks": w.chunks,
+        # their forward passes' device time, summed (CUDA events on a GPU; wall time on the
+        # CPU device): over a window, its growth over the window's length is the busy share
+        "compute_s": round(w.compute_s, 6),
         "inline_chunks": w.inline_chunks,
         # chunks that waited for the device thread's batch to run inline after it
         "inline_waits": w.inline_waits,

@@ -161,6 +161,7 @@ class DeviceWorker:
         self.expired = 0
         self.requeued = 0  # batches given back by the executor before they started
         self.chunks = 0  # batches completed
+        self.compute_s = 0.0  # their forward passes' device time (``Batch.device_s``), summed
         self.inline_chunks = 0
         self.inline_waits = 0  # (policies.inline.waits_for_the_thread)
 
@@ -703,6 +704,7 @@ class DeviceWorker:
         now = self._clock()
         self.tiers.memory.touch(b.name, now)
         self.chunks += 1
+        self.compute_s += b.device_s
         if b.inline:
             self.inline_chunks += 1
         else:

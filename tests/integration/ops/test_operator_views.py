@@ -87,6 +87,7 @@ POOL_SERIES = ["timeshare_swaps_total", "timeshare_swap_bytes_total",
                "timeshare_evictions_total", "timeshare_queue_depth",
                "timeshare_device_memory_usage_bytes", "timeshare_device_memory_limit_bytes",
                "timeshare_host_memory_usage_bytes", "timeshare_models_resident",
+               "timeshare_batches_total", "timeshare_compute_duration_seconds_total",
                "timeshare_pool_replica_restarts_total"]
 
 
@@ -105,7 +106,9 @@ def test_prometheus_scrapes_every_pool_series_and_every_panel_has_data(operator_
         before = {m: _total(prom, m) for m in ("timeshare_swaps_total",
                                               "timeshare_swap_bytes_total",
                                               "timeshare_preemptions_total",
-                                              "timeshare_evictions_total")}
+                                              "timeshare_evictions_total",
+                                              "timeshare_batches_total",
+                                              "timeshare_compute_duration_seconds_total")}
         traffic = Traffic(operator_app, 15)
         peak_queue = 0.0
         while traffic.running:

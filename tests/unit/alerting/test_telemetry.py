@@ -38,7 +38,8 @@ def record_everything(t: Telemetry) -> None:
         device="cuda:0", replica="r1", swaps_in=3, swaps_out=2, swap_bytes=3 << 20,
         swap_seconds=0.25, evictions=2, preemptions=(1, 0, 0, 0), queue_depth=(0, 4, 9, 0),
         memory_used_bytes=6 << 20, memory_free_bytes=2 << 20, memory_total_bytes=8 << 20,
-        host_used_bytes=20 << 20, resident=(("digits@1", 6 << 20),), hosted=("a@1", "b@1"))
+        host_used_bytes=20 << 20, resident=(("digits@1", 6 << 20),), hosted=("a@1", "b@1"),
+        batches=7, compute_seconds=1.5)
     t.observe_devices(lambda: [("gpu", sample)], lambda: {"gpu": 1})
     t.observe_breakers(lambda: {("digits", "gpu"): "open"})
     t.record_alert_sent(receiver="pager", channel="pagerduty", severity="P1", outcome="ok")
@@ -60,6 +61,8 @@ def test_in_memory_reader_sees_attributes_and_spans() -> None:
         "timeshare.swaps",
         "timeshare.swap",
         "timeshare.swap.duration",
+        "timeshare.batches",
+        "timeshare.compute.duration",
         "timeshare.preemptions",
         "timeshare.evictions",
         "timeshare.queue.depth",
@@ -122,6 +125,8 @@ def test_prometheus_exposition_covers_every_dashboard_query() -> None:
     assert value("timeshare_swaps_total", direction="in", **replica) == 3
     assert value("timeshare_swap_bytes_total", **replica) == 3 << 20
     assert value("timeshare_swap_duration_seconds_total", **replica) == 0.25
+    assert value("timeshare_batches_total", **replica) == 7
+    assert value("timeshare_compute_duration_seconds_total", **replica) == 1.5
     assert value("timeshare_preemptions_total", priority="realtime", **replica) == 1
     assert value("timeshare_evictions_total", **replica) == 2
     assert value("timeshare_queue_depth", priority="batch", **replica) == 9

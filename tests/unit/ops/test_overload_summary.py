@@ -156,3 +156,30 @@ async def test_the_load_client_stamps_each_request_at_its_planned_instant_when_a
     async with await asyncio.start_server(serve, "127.0.0.1", port):
         await run_open(job)
     assert seen and not any(b"X-Request-Start" in raw for raw in seen)
+
+
+def test_a_levels_device_figures_read_its_forwards_against_the_capacity_runs() -> None:
+    """The device's work in one level: its batches, their mean forward, its busy share, and
+    that forward over the capacity run's (behind a busy host's proxy each forward stretches,
+    and the capacity left to serve shrinks with it)."""
+    from benchmarks._device_status import chunks_delta, compute_delta, device_counters
+    from benchmarks.overload_http import level_device
+
+    before = {"chunks": 40, "inline_chunks": 0, "inline_waits": 0, "compute_s": 0.8}
+    after = {"chunks": 400, "inline_chunks": 0, "inline_waits": 0, "compute_s": 8.72}
+    lv = level_device(before, after, seconds=8.0, capacity_forward_ms=20.0)
+    assert lv == {"batches": 360, "forward_ms": 22.0, "busy_share": 0.99,
+                  "forward_vs_capacity": 1.1}
+    # no capacity run to compare with (a Ray-only run), or no batches: no ratio
+    assert level_device(before, after, seconds=8.0, capacity_forward_ms=None)[
+        "forward_vs_capacity"] is None
+    idle = level_device(before, before, seconds=8.0, capacity_forward_ms=20.0)
+    assert idle == {"batches": 0, "forward_ms": None, "busy_share": 0.0,
+                    "forward_vs_capacity": None}
+    # a status that could not be read gives no figures, never made-up ones
+    assert level_device(None, after, seconds=8.0, capacity_forward_ms=20.0) is None
+    assert compute_delta(before, None, seconds=8.0) is None
+    assert chunks_delta(before, after) == {"chunks": 360, "inline_share": 0.0,
+                                           "inline_waits": 0}
+    assert chunks_delta(before, before)["inline_share"] is None
+    assert device_counters(1) is None  # nothing listens on port 1

@@ -112,3 +112,21 @@ async def test_the_published_wait_and_the_snapshot_carry_the_devices_pace(worker
         tuple(3.0 * d for d in on_estimate))
     model.hang.clear()
     await asyncio.gather(running, queued)
+
+
+async def test_the_device_time_of_completed_batches_is_counted(worker_and_model):
+    """``compute_s`` (status) and ``compute_seconds`` (the counters Prometheus exports as
+    ``timeshare_compute_duration_seconds_total``) sum the completed batches' forward time:
+    a slow forward counts its whole 0.3 s, a refused request adds nothing."""
+    worker, model, clock = worker_and_model
+    await _call(worker, clock, 10.0)
+    model.hang.set()
+    slow = await _call(worker, clock, 10.0)
+    with pytest.raises(RequestExpired):  # refused unrun on the slow estimate: no device time
+        await _call(worker, clock, 0.02)
+    c = worker.counters()
+    assert c.batches == worker.chunks == 2
+    assert c.compute_seconds >= 0.3 and slow.compute_ms >= 300.0
+    assert c.compute_seconds == pytest.approx(worker.compute_s)
+    assert worker.status()["compute_s"] == pytest.approx(c.compute_seconds, abs=1e-6)
+    assert c.compute_seconds < 0.3 + 0.2  # the fast forward is not counted as a slow one
