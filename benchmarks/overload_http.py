@@ -171,7 +171,8 @@ def level_answers(port: int, rate: float, multiple: int, *, args) -> list[list[A
     return res["answers"]
 
 
-def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -> dict[str, Any]:
+def run_level(port: int, rate: float, multiple: int, *, args, capacity: float,
+              capacity_forward_ms: float | None) -> dict[str, Any]:
     before = device_counters(port)
     res = client(level_job(port, rate, multiple, args=args))
     # read once every answer is in (the device has run all it will for this level), over
@@ -182,7 +183,7 @@ def run_level(port: int, rate: float, multiple: int, *, args, capacity: float) -
     out = summarize(answers, sent=len(answers), seconds=args.seconds, capacity=capacity,
                     deadline_s=args.deadline_ms / 1000.0)
     out["device"] = level_device(before, after, seconds=res["wall_s"],
-                                 capacity_forward_ms=getattr(args, "capacity_forward_ms", None))
+                                 capacity_forward_ms=capacity_forward_ms)
     return out
 
 
@@ -190,9 +191,9 @@ def level_device(before: dict[str, float] | None, after: dict[str, float] | None
                  seconds: float, capacity_forward_ms: float | None) -> dict[str, Any] | None:
     """What the device did for one level (``benchmarks._device_status.compute_delta``: its
     batches, their mean forward time, its busy share over the load client's span, ``seconds``),
-    and that forward time over the capacity
-    run's (``forward_vs_capacity``): above 1, each forward took longer than when the capacity
-    was measured, and at most its inverse of the capacity was left to serve.
+    and that forward time over the capacity run's (``forward_vs_capacity``; None without one):
+    above 1, each forward took longer than when the capacity was measured, and at most its
+    inverse of the capacity was left to serve.
 
     >>> level_device({"chunks": 0, "compute_s": 0.0}, {"chunks": 360, "compute_s": 7.92},
     ...              seconds=8.0, capacity_forward_ms=20.0)
@@ -206,7 +207,11 @@ def level_device(before: dict[str, float] | None, after: dict[str, float] | None
     return out
 
 
-def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str, Any]:
+def run_arm(repo: Path, *, edge: bool, args, capacity: float | None,
+            capacity_forward_ms: float | None = None) -> dict[str, Any]:
+    """One uvicorn arm at every level. With no ``capacity`` it is measured first (closed
+    loop), with the device's forward time meanwhile (``capacity_device``); each level's
+    forward time is read against ``capacity_forward_ms``, or against that one."""
     server = Server(repo, edge=edge, deadline_ms=args.deadline_ms,
                     edge_json=json.dumps(args.edge_overrides) if edge else None)
     try:
@@ -222,8 +227,9 @@ def run_arm(repo: Path, *, edge: bool, args, capacity: float | None) -> dict[str
             # read against it (``level_device``)
             measured = compute_delta(before, device_counters(server.port),
                                      seconds=cap["wall_s"])
-            args.capacity_forward_ms = measured["forward_ms"] if measured else None
-        levels = {f"{m}x": run_level(server.port, m * capacity, m, args=args, capacity=capacity)
+            capacity_forward_ms = measured["forward_ms"] if measured else None
+        levels = {f"{m}x": run_level(server.port, m * capacity, m, args=args, capacity=capacity,
+                                     capacity_forward_ms=capacity_forward_ms)
                   for m in LEVELS}
         out = {"capacity_rps": round(capacity, 1), "levels": levels}
         if measured is not None:
@@ -267,15 +273,17 @@ def _ray_env(mode: str) -> dict[str, str]:
             "direct": {**ENV, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}}[mode]
 
 
-def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float) -> dict[str, Any]:
+def _ray_arm(mode: str, repo: Path, tmp: Path, *, args, capacity: float,
+             capacity_forward_ms: float | None) -> dict[str, Any]:
     env = _ray_env(mode)
     try:
         return run_ray_arm(
             repo, tmp, deadline_ms=args.deadline_ms, levels=LEVELS,
             edge_overrides=args.edge_overrides, capacity=capacity, ray_env=env,
             direct=mode == "direct", listener=mode == "listener",
-            run_level=lambda port, rate, m: run_level(port, rate, m, args=args,
-                                                      capacity=capacity))
+            run_level=lambda port, rate, m: run_level(
+                port, rate, m, args=args, capacity=capacity,
+                capacity_forward_ms=capacity_forward_ms))
     except Exception as e:  # noqa: BLE001 - reported; meets_targets then fails for it
         return {"error": f"{type(e).__name__}: {e}"}
 
@@ -424,7 +432,7 @@ def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any]
         "capacity_rps": base["capacity_rps"],
         # the device's mean forward while the capacity was measured (each level's ``device``
         # compares its own with it)
-        "capacity_forward_ms": getattr(args, "capacity_forward_ms", None),
+        "capacity_forward_ms": (base.get("capacity_device") or {}).get("forward_ms"),
         "edge": edge, "baseline": base,
         **{RAY_ARM_KEYS[m]: a for m, a in ray_arms.items()},
         **_ceilings(ray_arms, ceilings),
@@ -441,11 +449,13 @@ def _result(base: dict[str, Any], edge: dict[str, Any], ray_arms: dict[str, Any]
     }
 
 
-def _ray_arms(repo: Path, tmp: Path, *, args, capacity: float
+def _ray_arms(repo: Path, tmp: Path, *, args, capacity: float,
+              capacity_forward_ms: float | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each requested Ray arm, and for those behind Serve's proxy the no-op ceiling under the
     same settings (``--ceiling``), one Ray instance at a time."""
-    arms = {m: _ray_arm(m, repo, tmp, args=args, capacity=capacity) for m in args.ray_modes}
+    arms = {m: _ray_arm(m, repo, tmp, args=args, capacity=capacity,
+                        capacity_forward_ms=capacity_forward_ms) for m in args.ray_modes}
     ceilings = {m: _ceiling(m, args=args, capacity=capacity)
                 for m in args.ray_modes if m in PROXY_MODES and args.ceiling}
     return arms, ceilings
@@ -468,8 +478,11 @@ def main() -> None:
         else:
             base = run_arm(repo, edge=False, args=args, capacity=None)
             capacity = base["capacity_rps"]
-            edge = run_arm(repo, edge=True, args=args, capacity=capacity)
-            arms, ceilings = (_ray_arms(repo, Path(tmp), args=args, capacity=capacity)
+            forward_ms = (base.get("capacity_device") or {}).get("forward_ms")
+            edge = run_arm(repo, edge=True, args=args, capacity=capacity,
+                           capacity_forward_ms=forward_ms)
+            arms, ceilings = (_ray_arms(repo, Path(tmp), args=args, capacity=capacity,
+                                        capacity_forward_ms=forward_ms)
                               if args.ray else ({}, {}))
             result = _result(base, edge, arms, ceilings, args, t0)
     emit(result, args.json)
