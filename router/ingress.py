@@ -127,6 +127,8 @@ class Ingress:
         self._grpc = await start_grpc(  # #39: the Open Inference Protocol over gRPC
             InferenceService(self, gate=self._gate, default_deadline_ms=s.default_deadline_ms,
                              deadline_margin_ms=s.grpc.deadline_margin_ms,
+                             request_start_max_age_s=(s.grpc.request_start_max_age_s
+                                                      if s.grpc.request_start else None),
                              stream_max_in_flight=s.grpc.stream_max_in_flight),
             s.grpc, max_message_bytes=s.max_body_bytes)
         self._tasks = [asyncio.get_running_loop().create_task(self._refresh_loop())]

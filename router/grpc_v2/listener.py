@@ -45,6 +45,16 @@ class GrpcSettings(BaseModel):
     deadline_margin_ms: float = Field(
         20.0, ge=0, description="Taken off a call's gRPC deadline to make the request's: its "
         "answer (at worst its fallback's) is on the wire before the client gives up.")
+    request_start: bool = Field(
+        True, description="Start a call's deadline at its front proxy's x-request-start "
+        "metadata when it has one (router.front_stamp, as edge.request_start does for HTTP): "
+        "the wait in front of this server counts against the call's gRPC deadline and its "
+        "deadline_ms. Turn it off behind a proxy that both stamps and shortens the gRPC "
+        "deadline it forwards by the time a call waited, or the wait would count twice. Needs "
+        "the front's clock synchronised with this host's.")
+    request_start_max_age_s: float = Field(
+        30.0, gt=0, description="An x-request-start stamp older than this is ignored (a wrong "
+        "unit or a broken clock), not held against the call.")
     stream_max_in_flight: int = Field(
         64, ge=1, description="Requests of one ModelStreamInfer stream running at once; past "
         "it the server stops reading that stream until one finishes (HTTP/2 flow control then "

@@ -7,7 +7,8 @@ validation, cache, chain and call log. Only the wire differs.
 
 - The call's gRPC deadline, less ``grpc.deadline_margin_ms`` for the way back, is the request's
   deadline (a ``deadline_ms`` / ``timeout`` parameter may only shorten it), counted from arrival
-  here; a chain that has a fallback answers
+  here, or from a front proxy's ``x-request-start`` stamp (``grpc.request_start``, as HTTP's
+  ``X-Request-Start``: the wait in front counts); a chain that has a fallback answers
   within it, labelled, else the call ends ``DEADLINE_EXCEEDED``.
 - A client that cancels cancels the handler's task, and with it the pipeline's work (the pool
   call is cancelled too): nothing keeps running for an answer nobody reads.
@@ -51,6 +52,7 @@ from router.errors import (
     TimeshareError,
     Unauthorized,
 )
+from router.front_stamp import front_wait_s
 from router.frontend import Frontend
 from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
 from router.grpc_v2.codec import decode_model_infer, encode_model_infer, metadata_response
@@ -112,19 +114,26 @@ class InferenceService:
     ``gate``: the replica's shared admission (None: no edge, as ``edge.enabled: false``);
     ``default_deadline_ms``: the app's, for admission of a call that names none;
     ``deadline_margin_ms``: taken off the gRPC deadline for the answer's way back;
+    ``request_start_max_age_s``: honour a front proxy's ``x-request-start`` stamp up to this
+    age (None: ignore it, ``grpc.request_start: false``);
     ``stream_max_in_flight``: requests of one ``ModelStreamInfer`` stream run at once.
     """
 
     def __init__(self, front: Frontend, *, gate: EdgeGate | None, default_deadline_ms: float,
                  deadline_margin_ms: float = 20.0, stream_max_in_flight: int = 64,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 request_start_max_age_s: float | None = 30.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.front = front
         self.gate = gate
         self.default_deadline_ms = default_deadline_ms
         self.deadline_margin_ms = deadline_margin_ms
+        self.request_start_max_age_s = request_start_max_age_s
         self.stream_max_in_flight = stream_max_in_flight
         self.clock = clock
+        self.wall_clock = wall_clock  # Unix time, for a front proxy's x-request-start
         self.ongoing = 0  # ModelInfer calls in flight, for Serve's autoscaler (one loop: no lock)
+        self.stamps_ignored = 0  # x-request-start stamps that did not parse or were too old
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods: dict[str, tuple[Callable[..., Awaitable[Any]], type[Any], type[Any]]] = {
@@ -210,11 +219,20 @@ class InferenceService:
             self.ongoing -= 1
 
     def _accept(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext,
-                arrived: float) -> tuple[DecodedRequest, bool, InferenceRequest]:
-        """Decode and check one call's request: the same ``InferenceRequest`` as HTTP's."""
+                arrived: float, *, stamped: bool = True
+                ) -> tuple[DecodedRequest, bool, InferenceRequest, float]:
+        """Decode and check one call's request: the same ``InferenceRequest`` as HTTP's, and
+        when its deadline starts (arrival here, or earlier by a front proxy's stamp when
+        ``stamped``: a unary call's metadata is its request's)."""
+        metadata = {k: v for k, v in context.invocation_metadata() or ()
+                    if isinstance(v, str)}
+        wait_s = self._front_wait_s(metadata.get("x-request-start")) if stamped else 0.0
+        start = arrived - wait_s
         remaining = context.time_remaining()  # None: the caller set no gRPC deadline
+        # counted from ``start``: a front that forwards the caller's gRPC timeout as it came
+        # leaves the wait in front out of it
         budget_ms = None if remaining is None else remaining * 1e3 - self.deadline_margin_ms
-        if budget_ms is not None and budget_ms <= 0:
+        if budget_ms is not None and budget_ms - wait_s * 1e3 <= 0:
             raise DeadlineExceeded("deadline: the call's gRPC deadline leaves no time to answer",
                                    field="deadline")
         name, version = request.model_name, request.model_version or None
@@ -223,22 +241,38 @@ class InferenceService:
         check_name("model_name", name)
         check_name("model_version", version)
         decoded, raw = decode_model_infer(request)
-        metadata = {k: v for k, v in context.invocation_metadata() or ()
-                    if isinstance(v, str)}
         req = request_from_v2(name, version, decoded, caller_key=presented_key(metadata),
-                              arrival_s=arrived,
+                              arrival_s=start,
                               max_deadline_ms=budget_ms)
-        return decoded, raw, req
+        return decoded, raw, req, start
+
+    def _front_wait_s(self, raw: str | None) -> float:
+        """The wait in front of this server by a call's ``x-request-start`` stamp; 0 without
+        one, or when ``grpc.request_start`` is off. An unusable stamp is ignored: logged once,
+        counted (``stamps_ignored``, and in ``/v2/status`` beside the HTTP edge's counts as
+        ``grpc_request_start:ignored``)."""
+        if raw is None or self.request_start_max_age_s is None:
+            return 0.0
+        wait = front_wait_s(raw, now_s=self.wall_clock(), max_age_s=self.request_start_max_age_s)
+        if wait is None:
+            if not self.stamps_ignored:  # once: a front's setting, not a request's fault
+                log.warning("x-request-start %r ignored: not a Unix time, or older than %s s "
+                            "(grpc.request_start_max_age_s); later ones are only counted",
+                            raw[:40], self.request_start_max_age_s)
+            self.stamps_ignored += 1
+            if self.gate is not None:
+                self.gate.state.count("grpc_request_start:ignored")
+            return 0.0
+        return wait
 
     async def _infer(self, request: pb.ModelInferRequest,
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
-        arrived = self.clock()
-        decoded, raw, req = self._accept(request, context, arrived)
+        decoded, raw, req, start = self._accept(request, context, self.clock())
         if self.gate is None:
             response = await self.front.answer(req)
         else:
             response = await self.gate.run(
-                req, elapsed_s=self.clock() - arrived,
+                req, elapsed_s=self.clock() - start,
                 deadline_s=(req.deadline_ms or self.default_deadline_ms) / 1e3,
                 answer=self.front.answer)
         return encode_model_infer(response, decoded, raw=raw)
@@ -296,10 +330,11 @@ class InferenceService:
             raise InvalidRequest(request.message, field="body")
         self.ongoing += 1
         try:
-            arrived = self.clock()
-            decoded, raw, req = self._accept(request, context, arrived)
+            # (a stream's x-request-start is when the stream opened, not when this request came)
+            decoded, raw, req, start = self._accept(request, context, self.clock(),
+                                                    stamped=False)
             answers = (self.front.stream(req) if self.gate is None else self.gate.stream(
-                req, elapsed_s=self.clock() - arrived,
+                req, elapsed_s=self.clock() - start,
                 deadline_s=(req.deadline_ms or self.default_deadline_ms) / 1e3,
                 answers=self.front.stream))
             async for response in answers:

@@ -203,6 +203,50 @@ async def test_key_metadata_and_grpc_deadline_reach_the_request(served):
     assert front.seen[-1].deadline_ms == pytest.approx(req.deadline_ms - 500, abs=200)
 
 
+async def test_a_front_proxys_stamp_starts_the_calls_deadline(served):
+    """``x-request-start`` (grpc.request_start, on by default): the wait in front counts. The
+    request's deadline starts at the stamp, so the same gRPC timeout leaves it the time the
+    call waited less; a stamp that leaves no time is DEADLINE_EXCEEDED; an unusable one is
+    counted and ignored; with the setting off, or on a stream, it is not read."""
+    import time
+
+    front, gate, channel = served
+    service = front.service
+    body = _request().SerializeToString()
+
+    def stamped(age_s: float) -> tuple[tuple[str, str], ...]:
+        return (("x-request-start", f"t={time.time() - age_s:.3f}"),)
+
+    t0 = time.monotonic()
+    await _call(channel, body, timeout=2.0)
+    plain = front.seen[-1]
+    assert plain.arrival_s >= t0  # no stamp: the deadline starts on arrival here
+    t0 = time.monotonic()
+    await _call(channel, body, metadata=stamped(0.4), timeout=2.0)
+    early = front.seen[-1]
+    assert t0 - 0.45 < early.arrival_s < t0 - 0.3  # started at the stamp, 0.4 s back
+    # the timeout counts from the stamp: the same deadline_ms from an earlier start
+    assert early.deadline_ms == pytest.approx(plain.deadline_ms, abs=150)
+    with pytest.raises(grpc.aio.AioRpcError) as e:  # waited 0.6 s of a 0.5 s deadline
+        await _call(channel, body, metadata=stamped(0.6), timeout=0.5)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert dict(e.value.trailing_metadata())["timeshare-field"] == "deadline"
+    assert service.stamps_ignored == 0
+    t0 = time.monotonic()
+    await _call(channel, body, metadata=(("x-request-start", "yesterday"),), timeout=2.0)
+    assert service.stamps_ignored == 1 and front.seen[-1].arrival_s >= t0
+    assert gate.state.counts["grpc_request_start:ignored"] == 1  # what /v2/status shows
+    service.request_start_max_age_s = None  # grpc.request_start: false
+    t0 = time.monotonic()
+    await _call(channel, body, metadata=stamped(0.4), timeout=2.0)
+    assert front.seen[-1].arrival_s >= t0
+    service.request_start_max_age_s = 30.0
+    t0 = time.monotonic()
+    got = [r async for r in _stream_call(channel)(iter([_named("m", "s1")]), timeout=10,
+                                                  metadata=stamped(0.4))]
+    assert not got[0].error_message and front.seen[-1].arrival_s >= t0  # a stream: not read
+
+
 async def test_the_shared_gate_refuses_with_unavailable_and_retry_after(served):
     _, gate, channel = served
     for _ in range(8):  # HTTP requests in flight on the same gate: over the batch class's share
