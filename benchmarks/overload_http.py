@@ -30,10 +30,11 @@ Targets (issue 38), at every level (1x, 2x, 3x, 5x), for the ``edge`` arm and th
 deadline) >= 95 % of the capacity; realtime p99 (served answers) <= its p99 at 1x + 50 ms and <=
 the deadline; every shed answer (429/503, or labelled ``shed``) within 50 ms; refused share
 (shed, or refused unrun by the device's triage: ``RequestExpired``) batch >= interactive >=
-realtime; sent = answered. Each level also counts, per class, the answers
-served late and the degraded answers by their ``reason``, and gives how long the answers the
-device's triage refused unrun took (``expired_p50_ms`` / ``expired_p99_ms``: what a request the
-edge let through waited before its labelled fallback), and what the device did (``device``, read
+realtime; sent = answered. Each level also counts, per class, the answers served late, the
+degraded answers by their ``reason`` and the shed ones by the rule that shed them
+(``shed_reasons``), and gives how long the answers the device's triage refused unrun took
+(``expired_p50_ms`` / ``expired_p99_ms``: what a request the edge let through waited before
+its labelled fallback), and what the device did (``device``, read
 from the app's ``/v2/status`` before and after: its batches, their mean forward time, its busy
 share, and that forward time over the one measured with the capacity, ``capacity_forward_ms``:
 a device thread that shares a busy process and host waits inside its forward for a core or the
@@ -45,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,10 +104,28 @@ def _refused(a: list[Any]) -> bool:
 
 
 def _reasons(answers: Any) -> dict[str, int]:
-    """How many degraded (not shed) answers gave each ``reason`` label."""
+    """How many of ``answers`` gave each ``reason`` label ("?": none)."""
     out: dict[str, int] = {}
     for a in answers:
         key = (a[6] if len(a) > 6 else None) or "?"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+_SHED_RULE = re.compile(r"overload:[a-z]+|would_miss_deadline")
+
+
+def _shed_rules(answers: Any) -> dict[str, int]:
+    """How many shed answers each rule shed, and where: ``edge`` (``router.edge``) or
+    ``pipeline`` (``router.pipeline``), then ``overload:<class>`` (a count cap or the class's
+    objective) or ``would_miss_deadline``. Only a shed answered by its labelled fallback names
+    its rule; a bare 503 counts as "?"."""
+    out: dict[str, int] = {}
+    for a in answers:
+        reason = (a[6] if len(a) > 6 else None) or ""
+        rule = _SHED_RULE.search(reason)
+        key = "?" if rule is None else (
+            f"{'edge' if reason.startswith('shed at the edge') else 'pipeline'}: {rule.group()}")
         out[key] = out.get(key, 0) + 1
     return out
 
@@ -130,6 +150,7 @@ def summarize(answers: list[list[Any]], *, sent: int, seconds: float, capacity: 
                 a[2] == 200 and not a[3] and a[1] <= deadline_s)),
             "late": sum(1 for a in mine if a[2] == 200 and not a[3] and a[1] > deadline_s),
             "degraded_reasons": _reasons(a for a in mine if a[3] and not a[4]),
+            "shed_reasons": _shed_rules(a for a in mine if a[4]),
             "served_p50_ms": _p(served, 50), "served_p99_ms": _p(served, 99),
             "expired_p50_ms": _p(expired, 50), "expired_p99_ms": _p(expired, 99)}
     statuses: dict[str, int] = {}

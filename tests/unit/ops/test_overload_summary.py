@@ -27,11 +27,13 @@ def _answers() -> list[list]:
         ["interactive", 0.02, 200, True, False, 0.01, "error: RequestExpired"],  # refused unrun
         ["interactive", 0.50, 200, True, False, 0.49, "timeout"],  # ran out of time: not refused
         ["batch", 0.01, 200, True, True, None, "shed: overload:batch"],  # shed to its fallback
+        ["batch", 0.01, 200, True, True, None,  # by the edge, on its deadline
+         "shed at the edge: would_miss_deadline: predicted queue delay 812 ms"],
     ]
 
 
 def test_a_level_tells_late_degraded_and_refused_apart():
-    lv = summarize(_answers(), sent=8, seconds=1.0, capacity=4.0, deadline_s=0.5)
+    lv = summarize(_answers(), sent=9, seconds=1.0, capacity=4.0, deadline_s=0.5)
     c = lv["classes"]
     assert lv["goodput_rps"] == 3.0  # two realtime and one interactive answer within 0.5 s
     assert lv["goodput_vs_capacity"] == 0.75
@@ -41,6 +43,10 @@ def test_a_level_tells_late_degraded_and_refused_apart():
     assert c["realtime"]["shed_share"] == c["realtime"]["refused_share"] == round(1 / 3, 3)
     assert c["batch"]["refused_share"] == 1.0
     assert c["batch"]["degraded_reasons"] == {}  # a shed answer is counted as shed only
+    # and by the rule that shed it, where its answer names one
+    assert c["batch"]["shed_reasons"] == {"pipeline: overload:batch": 1,
+                                          "edge: would_miss_deadline": 1}
+    assert c["realtime"]["shed_reasons"] == {"?": 1} and c["interactive"]["shed_reasons"] == {}
     # how long the refused-unrun answer took, apart from the served ones and the timeout
     assert c["interactive"]["expired_p50_ms"] == c["interactive"]["expired_p99_ms"] == 20.0
     assert c["realtime"]["expired_p99_ms"] is None
@@ -49,7 +55,7 @@ def test_a_level_tells_late_degraded_and_refused_apart():
 def test_the_class_order_check_fails_when_realtime_is_refused_more_than_interactive():
     answers = _answers()
     answers[3][2:] = [503, False, True, None, None]  # one more interactive refused: 2 of 4 > 1/3
-    arm = {"levels": {"1x": summarize(answers, sent=8, seconds=1.0, capacity=4.0,
+    arm = {"levels": {"1x": summarize(answers, sent=9, seconds=1.0, capacity=4.0,
                                       deadline_s=0.5)}}
     assert targets(arm, 500.0)["1x"]["refused_order_batch_interactive_realtime"]
     arm["levels"]["1x"]["classes"]["realtime"]["refused_share"] = 0.9
