@@ -1,12 +1,12 @@
 """``timeshare status --watch``: a live terminal view of ``/v2/status`` (rich), about every second.
 
-Per device: memory, resident models by bytes, the host tier, queue depth per priority, swaps/s,
-preemptions/s. Per priority class (the last 30 to 36 s): request rate, p50 and p99 latency end to
-end at the ingress, each device's queue wait against its compute (p50 / p99), and how many
-requests were shed or refused. Per model: request rate, p99, cache-hit and degraded shares,
-breaker state. Then every refused or failed model config or version with its reason, file and
-field, and the firing alerts. Device rates are the change of the replica's cumulative counters
-between two polls.
+Per device: its busy share, batches/s and mean forward time, memory, resident models by bytes,
+the host tier, queue depth per priority, swaps/s, preemptions/s. Per priority class (the last 30
+to 36 s): request rate, p50 and p99 latency end to end at the ingress, each device's queue wait
+against its compute (p50 / p99), and how many requests were shed or refused. Per model: request
+rate, p99, cache-hit and degraded shares, breaker state. Then every refused or failed model
+config or version with its reason, file and field, and the firing alerts. Device rates are the
+change of the replica's cumulative counters between two polls.
 When stdout is not a terminal it prints one snapshot and exits (``--frames`` to take more);
 ``--record FILE`` also writes every frame as plain text (how docs/ops/status-watch.txt was made).
 """
@@ -32,25 +32,55 @@ from rich.text import Text
 
 from deploy.load_problems import load_problems
 
-__all__ = ["Rates", "main", "render"]
+__all__ = ["DeviceRates", "Rates", "main", "render"]
 
 PRIORITIES = ("realtime", "interactive", "batch", "background")
 MIB = float(1 << 20)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRates:
+    """One device between two polls: swaps and preemptions per second, batches per second,
+    the device's busy share (its forward passes' device time over the interval: above 1 on a
+    GPU whose streams overlapped) and their mean forward time. ``busy``, ``forward_ms`` and
+    ``batches_per_s`` are None before the second poll; ``forward_ms`` also when no batch ran."""
+
+    swaps_per_s: float = 0.0
+    preemptions_per_s: float = 0.0
+    batches_per_s: float | None = None
+    busy: float | None = None
+    forward_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Counters:
+    at: float
+    swaps: int
+    preemptions: int
+    batches: int
+    compute_s: float
 
 
 @dataclass
 class Rates:
     """Per-second rates of each device's cumulative counters between two polls."""
 
-    _last: dict[str, tuple[float, int, int]] = field(default_factory=dict)
+    _last: dict[str, _Counters] = field(default_factory=dict)
 
-    def update(self, device: str, at: float, swaps: int, preemptions: int) -> tuple[float, float]:
+    def update(self, device: str, at: float, swaps: int, preemptions: int, *,
+               batches: int = 0, compute_s: float = 0.0) -> DeviceRates:
+        now = _Counters(at, swaps, preemptions, batches, compute_s)
         prev = self._last.get(device)
-        self._last[device] = (at, swaps, preemptions)
-        if prev is None or at <= prev[0]:
-            return 0.0, 0.0
-        dt = at - prev[0]
-        return max(0, swaps - prev[1]) / dt, max(0, preemptions - prev[2]) / dt
+        self._last[device] = now
+        if prev is None or at <= prev.at:
+            return DeviceRates()
+        dt = at - prev.at
+        ran = max(0, batches - prev.batches)
+        busy_s = max(0.0, compute_s - prev.compute_s)
+        return DeviceRates(max(0, swaps - prev.swaps) / dt,
+                           max(0, preemptions - prev.preemptions) / dt,
+                           batches_per_s=ran / dt, busy=busy_s / dt,
+                           forward_ms=busy_s / ran * 1e3 if ran else None)
 
 
 def _fmt(x: Any, spec: str = ".1f", *, pct: bool = False) -> str:
@@ -59,21 +89,33 @@ def _fmt(x: Any, spec: str = ".1f", *, pct: bool = False) -> str:
     return f"{x:.0%}" if pct else format(x, spec)
 
 
+def _busy_cell(r: DeviceRates) -> str:
+    """The device's busy share since the last poll, its batches per second and their mean
+    forward time: a device busy near 100 % with forwards longer than when it was quiet shares
+    its cores (docs/OVERLOAD.md); one idle while requests are refused is starved."""
+    if r.busy is None or r.batches_per_s is None:
+        return "–"
+    forward = "–" if r.forward_ms is None else f"{r.forward_ms:.1f} ms"
+    return f"{r.busy:.0%}  ({r.batches_per_s:.1f} batches/s, forward {forward})"
+
+
 def _device_panel(pool: str, info: dict, rates: Rates, at: float) -> Panel:
     if "error" in info:
         return Panel(Text(info["error"], style="red"), title=pool)
     d = info.get("device", {})
     mem, swaps = d.get("memory", {}), d.get("swaps", {})
-    swap_rate, pre_rate = rates.update(f"{pool}:{d.get('device')}", at, swaps.get("count", 0),
-                                       d.get("preemptions", 0))
+    r = rates.update(f"{pool}:{d.get('device')}", at, swaps.get("count", 0),
+                     d.get("preemptions", 0), batches=d.get("chunks", 0),
+                     compute_s=d.get("compute_s", 0.0))
     used, total = mem.get("used_bytes", 0), mem.get("total_bytes", 0) or 1
     head = Table.grid(padding=(0, 2))
     head.add_row("memory", f"{used / MIB:.2f} / {total / MIB:.2f} MiB ({used / total:.0%}); "
                  f"host tier {mem.get('host_used_bytes', 0) / MIB:.2f} MiB")
-    head.add_row("swaps", f"{swap_rate:.1f}/s  ({swaps.get('count', 0)} total, "
+    head.add_row("busy", _busy_cell(r))
+    head.add_row("swaps", f"{r.swaps_per_s:.1f}/s  ({swaps.get('count', 0)} total, "
                  f"{swaps.get('bytes', 0) / MIB:.1f} MiB, {swaps.get('ms', 0):.0f} ms)")
-    head.add_row("preemptions", f"{pre_rate:.1f}/s  ({d.get('preemptions', 0)} total)  "
-                 f"evictions {d.get('evictions', 0)}")
+    head.add_row("preemptions", f"{r.preemptions_per_s:.1f}/s  ({d.get('preemptions', 0)} "
+                 f"total)  evictions {d.get('evictions', 0)}")
     q = d.get("queue_depth", {})
     head.add_row("queues", "  ".join(f"{p} {q.get(p, 0)}" for p in PRIORITIES))
     resident = sorted(d.get("resident_bytes", {}).items(), key=lambda kv: -kv[1])

@@ -4,7 +4,7 @@ const KEY = "timeshare.key";
 const POINTS = 120;  // two minutes of history per plot
 const PRIORITIES = ["realtime", "interactive", "batch", "background"];
 const history = { swaps: [], queue: [], p99: [], classes: Object.fromEntries(PRIORITIES.map((p) => [p, []])) };
-let previous = null;  // {at, swaps, preemptions} per device, for rates
+let previous = null;  // {at, swaps, pre, batches, compute} per device, for rates
 
 const $ = (sel) => document.querySelector(sel);
 const el = (tag, attrs = {}, ...children) => {
@@ -65,11 +65,19 @@ function devices(status, now) {
     const id = pool + ":" + d.device;
     const swaps = (d.swaps || {}).count || 0;
     const pre = d.preemptions || 0;
+    const batches = d.chunks || 0;
+    const compute = d.compute_s || 0;
     const before = previous && previous[id];
     const dt = before ? Math.max(1e-3, (now - before.at) / 1000) : 0;
-    out.push({ pool, id, d, swaps, pre,
+    // the device's forward passes since the last poll: its busy share (above 100 % on a GPU
+    // whose streams overlapped), batches per second and their mean forward time
+    const ran = before ? Math.max(0, batches - before.batches) : 0;
+    const busyS = before ? Math.max(0, compute - before.compute) : 0;
+    out.push({ pool, id, d, swaps, pre, batches, compute,
                swapRate: before ? Math.max(0, swaps - before.swaps) / dt : 0,
-               preRate: before ? Math.max(0, pre - before.pre) / dt : 0 });
+               preRate: before ? Math.max(0, pre - before.pre) / dt : 0,
+               busy: before ? busyS / dt : null, batchRate: before ? ran / dt : null,
+               forwardMs: ran ? (1000 * busyS) / ran : null });
   }
   return out;
 }
@@ -89,6 +97,9 @@ function renderDevices(rows) {
     const kv = el("div", { class: "kv" },
       "memory", el("span", {}, `${mib(m.used_bytes || 0)} used of ${mib(m.total_bytes || 0)}` +
                               ` (host tier ${mib(m.host_used_bytes || 0)})`),
+      "busy", el("span", { "data-testid": "busy" }, r.busy === null ? "–" :
+                 `${num(100 * r.busy, 0)} % · ${num(r.batchRate)} batches/s · forward ` +
+                 (r.forwardMs === null ? "–" : `${num(r.forwardMs)} ms`)),
       "swaps", el("span", { "data-testid": "swaps" },
                   `${r.swaps} total · ${num(r.swapRate)}/s · ${mib((r.d.swaps || {}).bytes || 0)} copied`),
       "preemptions", el("span", { "data-testid": "preemptions" }, `${r.pre} total · ${num(r.preRate)}/s`),
@@ -198,7 +209,8 @@ async function poll() {
   const status = await r.json();
   const now = Date.now();
   const rows = devices(status, now);
-  previous = Object.fromEntries(rows.filter((x) => !x.error).map((x) => [x.id, { at: now, swaps: x.swaps, pre: x.pre }]));
+  previous = Object.fromEntries(rows.filter((x) => !x.error).map((x) => [x.id,
+    { at: now, swaps: x.swaps, pre: x.pre, batches: x.batches, compute: x.compute }]));
   push(history.swaps, rows.reduce((a, x) => a + (x.swapRate || 0), 0));
   push(history.queue, rows.reduce((a, x) => a + Object.values((x.d && x.d.queue_depth) || {}).reduce((s, v) => s + v, 0), 0));
   push(history.p99, Math.max(0, ...Object.values(status.models || {}).map((m) => m.p99_ms || 0)));

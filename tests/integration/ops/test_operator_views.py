@@ -205,6 +205,10 @@ def test_status_page_in_headless_chromium_shows_the_models_and_moves(operator_ap
                                  f"{_app_swaps(operator_app)}") from None
         browser.wait_for("[...document.querySelectorAll('#models tr[data-model] td:nth-child(2)')]"
                          ".some(td => parseFloat(td.textContent) > 0)", 20)
+        # ... and the device shows how busy it was since the last poll, and its forward time
+        busy = "document.querySelector('[data-testid=busy]').textContent"
+        _wait_while_running(browser, traffic, f"parseFloat({busy}) > 0 && "
+                            f"/batches\\/s · forward [0-9.]+ ms$/.test({busy})", 20)
         # ... and the priority classes (the demo's realtime and batch callers) show their p99
         assert browser.evaluate(
             "[...document.querySelectorAll('#classes tr[data-class]')].map(r => r.dataset.class)"

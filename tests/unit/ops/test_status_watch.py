@@ -12,10 +12,11 @@ from rich.console import Console
 from deploy.status_watch import Rates, render, watch
 
 
-def _status(swaps: int, preemptions: int) -> dict:
+def _status(swaps: int, preemptions: int, *, chunks: int = 0, compute_s: float = 0.0) -> dict:
     return {
         "pools": {"cpu": {"pool": "cpu", "device": {
             "device": "cpu", "resident": ["big@1", "small@1"],
+            "chunks": chunks, "compute_s": compute_s,
             "resident_bytes": {"big@1": 600 * 1024, "small@1": 2048},
             "host_tier": ["big@1", "small@1", "cold@1"],
             "queue_depth": {"realtime": 0, "interactive": 2, "batch": 7, "background": 0},
@@ -50,8 +51,13 @@ def _text(view) -> str:
 
 def test_a_frame_shows_devices_models_and_alerts_with_rates_between_polls() -> None:
     rates = Rates()
-    _text(render(_status(10, 1), rates, at=100.0, source="test"))
-    out = " ".join(_text(render(_status(30, 5), rates, at=102.0, source="test")).split())
+    first = " ".join(_text(render(_status(10, 1, chunks=100, compute_s=1.0), rates, at=100.0,
+                                  source="test")).split())
+    assert "busy – " in first  # one poll: no interval yet
+    out = " ".join(_text(render(_status(30, 5, chunks=180, compute_s=2.76), rates, at=102.0,
+                                source="test")).split())
+    # 80 batches and 1.76 s of forward passes in 2 s: busy 88 %, 40 batches/s, 22 ms each
+    assert "busy 88% (40.0 batches/s, forward 22.0 ms)" in out
     assert "swaps 10.0/s (30 total" in out
     assert "preemptions 2.0/s (5 total)" in out
     assert "realtime 0 interactive 2 batch 7 background 0" in out
@@ -64,6 +70,16 @@ def test_a_frame_shows_devices_models_and_alerts_with_rates_between_polls() -> N
     assert "realtime │ 1.3 │ 4.2 │ 11.7 │ 0.4 / 2.5 │ 1.1 / 3.2 │ 0 │ 0 │ 0" in out
     assert "batch │ 0.7 │ 88.0 │ 310.0 │ 61.0 / 240.0 │ 9.5 / 30.0 │ 4 │ 3 │ 1" in out
     assert "background │ – │ – │ – │ – │ – │ 0 │ 0 │ 0" in out  # no request seen
+
+
+def test_an_idle_device_between_two_polls_shows_no_forward_time() -> None:
+    rates = Rates()
+    rates.update("cpu:cpu", 10.0, 0, 0, batches=7, compute_s=0.5)
+    idle = rates.update("cpu:cpu", 11.0, 0, 0, batches=7, compute_s=0.5)
+    assert idle.busy == 0.0 and idle.batches_per_s == 0.0 and idle.forward_ms is None
+    # a replica that restarted (its counters went back) reads as idle, not negative
+    again = rates.update("cpu:cpu", 12.0, 0, 0, batches=2, compute_s=0.1)
+    assert again.busy == 0.0 and again.batches_per_s == 0.0
 
 
 def test_a_frame_lists_refused_and_failed_configs_and_versions_with_their_reasons() -> None:
