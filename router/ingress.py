@@ -79,12 +79,13 @@ class Ingress:
         self.publisher = Publisher(s.repository, trust=s.trust, settings=s.publish)  # #21
         self._pools: dict[str, PoolClient] = {n: RemotePoolClient(h, published_stats)
                                                for n, h in pools.items()}
+        self._load = PoolLoads()  # every pool replica's latest stats, for spill and shedding
         self._local = await start_local_pool(s)
         if self._local is not None:
-            self._pools["cpu"] = LocalPoolClient(self._local)
+            local = self._pools["cpu"] = LocalPoolClient(self._local)
+            self._load.read_live("cpu", local.live_stats)  # its queue as it is, when asked
         self._alerter = alerter
         self._control = ControlFile(s.resolved_state_dir())
-        self._load = PoolLoads()  # every pool replica's latest stats, for spill and shedding
         self._pool_totals = PoolTotals()  # every pool replica's counters: metrics and alerts
         self.catalog = ModelCatalog(self._fetch_index, allow=s.trust.allowlist)
         tm = s.telemetry

@@ -138,6 +138,11 @@ class LocalPoolClient:
     async def routing_stats(self) -> RoutingStats:
         return self.host.worker.routing_stats()
 
+    def live_stats(self) -> RoutingStats:
+        """:meth:`routing_stats` without a turn of the loop: the worker's queues as they are
+        (on the loop that runs the worker)."""
+        return self.host.worker.routing_stats()
+
     def replica_stats(self) -> list[RoutingStats]:
         return []  # one replica, in this process: routing_stats() is all of it
 

@@ -75,14 +75,34 @@ def least_wait_s(stats: Sequence[RoutingStats], priority: Priority) -> float:
 class PoolLoads:
     """One :class:`PoolLoadBoard` per pool name, refreshed from the pools' clients: each
     refresh folds in the polled replica's stats and every replica's stats this process's
-    request router holds (``PoolClient.replica_stats``)."""
+    request router holds (``PoolClient.replica_stats``).
 
-    def __init__(self, *, ttl_s: float = 5.0, clock: Callable[[], float] = time.time) -> None:
+    A pool in this process (``cpu_pool.placement: ingress``) is read where it is, when asked
+    (:meth:`read_live`): at most every ``live_every_s`` (monotonic ``live_clock``), not once a
+    refresh. Its queue turns over every forward; the refresh comes about once a second, and
+    at 3x capacity a wait read up to a second earlier, from a moment the queue was full, shed
+    requests the device would have had time for (docs/PERFORMANCE.md, fourteenth session)."""
+
+    def __init__(self, *, ttl_s: float = 5.0, clock: Callable[[], float] = time.time,
+                 live_every_s: float = 0.005,
+                 live_clock: Callable[[], float] = time.monotonic) -> None:
         if not ttl_s > 0:
             raise ValueError(f"ttl_s must be > 0, got {ttl_s!r}")
+        if not live_every_s >= 0:
+            raise ValueError(f"live_every_s must be >= 0, got {live_every_s!r}")
         self.ttl_s, self._clock = ttl_s, clock
+        self.live_every_s, self._live_clock = live_every_s, live_clock
         self._boards: dict[str, PoolLoadBoard] = {}
         self._live: dict[str, tuple[RoutingStats, ...]] = {}
+        self._sources: dict[str, Callable[[], RoutingStats]] = {}
+        self._read: dict[str, tuple[float, tuple[RoutingStats, ...]]] = {}
+
+    def read_live(self, pool: str, stats: Callable[[], RoutingStats]) -> None:
+        """From now on :meth:`get` answers for ``pool`` with ``stats()``, called on the
+        caller's thread (the pool's, which this process runs) at most every
+        ``live_every_s``."""
+        self._sources[pool] = stats
+        self._read.pop(pool, None)
 
     async def refresh(self, pools: Mapping[str, PoolClient]) -> None:
         live = dict(self._live)
@@ -93,8 +113,16 @@ class PoolLoads:
         self._live = live
 
     def get(self, pool: str) -> tuple[RoutingStats, ...]:
-        """The live stats of ``pool``'s replicas (empty before the first refresh)."""
-        return self._live.get(pool, ())
+        """The live stats of ``pool``'s replicas (empty before the first refresh); a pool read
+        where it is (:meth:`read_live`): its stats now, or at most ``live_every_s`` ago."""
+        source = self._sources.get(pool)
+        if source is None:
+            return self._live.get(pool, ())
+        now = self._live_clock()
+        read = self._read.get(pool)
+        if read is None or now - read[0] >= self.live_every_s:
+            read = self._read[pool] = (now, (source(),))
+        return read[1]
 
     def memory_used(self) -> dict[str, float]:
         """Used share of device memory by ``"pool:device"``: the fullest replica's when several

@@ -115,3 +115,23 @@ async def test_pool_loads_fold_the_poll_and_the_routers_view_per_pool():
     assert loads.memory_used() == {"gpu:cpu": pytest.approx(0.9)}
     with pytest.raises(ValueError, match="ttl_s"):
         PoolLoads(ttl_s=-1.0)
+
+
+async def test_a_pool_in_this_process_is_read_when_asked_not_at_the_last_refresh():
+    clock = FakeClock()
+    waits = [0.48]  # the device's queue: full at the refresh
+
+    def now() -> RoutingStats:
+        return stats("local", waits[0], at=clock())
+
+    loads = PoolLoads(ttl_s=5.0, clock=clock, live_every_s=0.005, live_clock=clock)
+    loads.read_live("cpu", now)
+    await loads.refresh({"cpu": FakePool(now(), [])})
+    assert least_wait_s(loads.get("cpu"), P) == pytest.approx(0.48)
+    waits[0] = 0.02  # the triage refused what could not make it: the queue is short now
+    assert least_wait_s(loads.get("cpu"), P) == pytest.approx(0.48)  # read under 5 ms ago
+    clock.advance(0.006)
+    assert least_wait_s(loads.get("cpu"), P) == pytest.approx(0.02)  # not a second later
+    assert loads.memory_used() == {"cpu:cpu": pytest.approx(0.5)}  # the refresh still counts
+    with pytest.raises(ValueError, match="live_every_s"):
+        PoolLoads(live_every_s=-0.1)
