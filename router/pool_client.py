@@ -136,7 +136,7 @@ class LocalPoolClient:
         return {"pool": self.name, **self.host.status()}
 
     async def routing_stats(self) -> RoutingStats:
-        return self.host.worker.routing_stats()
+        return self.live_stats()
 
     def live_stats(self) -> RoutingStats:
         """:meth:`routing_stats` without a turn of the loop: the worker's queues as they are
