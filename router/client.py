@@ -24,6 +24,10 @@ cores that took 5-8 % off a call's CPU on each side, at one caller and at sixtee
 (docs/PERFORMANCE.md, twelfth session). On Ray's by-reference transport (Ray's defaults) Ray
 serialises the call itself, and the setting changes nothing.
 
+A call made inside an OpenTelemetry span carries that span's W3C context in the request's
+``trace_context``: with tracing on in the app (``telemetry.otlp_endpoint``), the request's
+trace is part of the caller's and follows its sampling decision.
+
 Errors arrive as the typed exceptions of ``router.errors`` (InvalidRequest, ModelNotFound,
 PayloadTooLarge, QuotaExceeded, ...), unwrapped from Ray's task-error wrapper.
 """
@@ -45,6 +49,7 @@ from router.schemas import (
     InferenceRequest,
     InferenceResponse,
 )
+from router.trace_context import current_trace_context
 
 __all__ = ["SERIALIZATIONS", "TimeshareClient"]
 
@@ -84,8 +89,12 @@ class TimeshareClient:
 
     @staticmethod
     def request(model: str, inputs: dict[str, Any], **fields: Any) -> InferenceRequest:
+        """The request a call sends: ``fields`` as ``InferenceRequest`` takes them, and the
+        caller's current span as its ``trace_context`` unless given (module doc)."""
         if isinstance(fields.get("cache"), dict):
             fields["cache"] = CacheControl(**fields["cache"])
+        if "trace_context" not in fields:
+            fields["trace_context"] = current_trace_context()
         return InferenceRequest(model=model, inputs=inputs, **fields)
 
     def infer(self, model: str, inputs: dict[str, Any], **fields: Any) -> InferenceResponse:

@@ -106,11 +106,13 @@ def _number(p: dict[str, Any], key: str) -> float | None:
 def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
                     caller_key: str | None = None, arrival_s: float | None = None,
                     shed_reason: str | None = None,
-                    max_deadline_ms: float | None = None) -> InferenceRequest:
+                    max_deadline_ms: float | None = None,
+                    trace_context: dict[str, str] | None = None) -> InferenceRequest:
     """Turn a decoded v2 body into an InferenceRequest (parameters carry Timeshare's extras;
     ``arrival_s`` and ``shed_reason``: the edge's stamps, set in the constructor;
     ``max_deadline_ms``: the transport's own deadline (gRPC's), which a parameter may only
-    shorten)."""
+    shorten; ``trace_context``: the caller's, from the transport's metadata
+    (``router.trace_context.from_metadata``))."""
     p = decoded.parameters
     deadline_ms = _number(p, "deadline_ms")
     timeout = _number(p, "timeout")
@@ -137,11 +139,11 @@ def request_from_v2(model: str, version: str | None, decoded: DecodedRequest, *,
             "deadline_ms": None if deadline_ms is None else float(deadline_ms),
             "caller": ANONYMOUS, "caller_key": caller_key, "caller_verified": False,
             "cache": cache, "request_id": decoded.request_id or new_request_id(),
-            "arrival_s": arrival_s, "shed_reason": shed_reason})
+            "trace_context": trace_context, "arrival_s": arrival_s, "shed_reason": shed_reason})
     fields: dict[str, Any] = {
         "model": model, "version": version, "inputs": decoded.inputs, "text": p.get("text"),
         "deadline_ms": deadline_ms, "cache": cache, "caller_key": caller_key,
-        "arrival_s": arrival_s, "shed_reason": shed_reason,
+        "arrival_s": arrival_s, "shed_reason": shed_reason, "trace_context": trace_context,
     }
     if p.get("priority") is not None:
         fields["priority"] = p["priority"]

@@ -42,6 +42,8 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "MAX_REQUESTS_PER_CALL",
+    "TRACE_CONTEXT_KEYS",
+    "TRACE_VALUE_MAX_CHARS",
     "RouteInfo",
     "Timings",
     "to_numpy",
@@ -75,6 +77,10 @@ ANONYMOUS = "anonymous"  # the caller of a request that presents no caller key
 # The most requests one ``Ingress.infer_many`` call may carry (``router.client`` coalesces up to
 # its ``max_batch`` of them): bounds what one handle call can ask of a replica at once.
 MAX_REQUESTS_PER_CALL = 256
+# A request's ``trace_context``: the W3C Trace Context fields, each at most this long (a
+# tracestate of up to 512 characters must be kept whole).
+TRACE_CONTEXT_KEYS = ("traceparent", "tracestate")
+TRACE_VALUE_MAX_CHARS = 512
 
 
 def to_numpy(name: str, value: Any) -> np.ndarray:
@@ -128,6 +134,11 @@ class InferenceRequest(BaseModel):
         "Set by the ingress only: true when caller was proven by a caller key."))
     cache: CacheControl = Field(default_factory=CacheControl, description="Cache controls.")
     request_id: str = Field(default_factory=new_request_id, description="Request id.")
+    trace_context: dict[str, str] | None = Field(None, description=(
+        "The caller's W3C trace context (traceparent, and tracestate) for a handle call: a "
+        "traced request continues the caller's trace and follows its sampling. "
+        "router.client.TimeshareClient fills it from the caller's current span; HTTP and gRPC "
+        "calls send the same fields as headers or metadata instead."))
     # Set by Timeshare where the request first arrives (the HTTP edge, the handle method); the
     # deadline runs from here, so queues in front of the pipeline count against it.
     arrival_s: SkipJsonSchema[float | None] = Field(
@@ -141,6 +152,20 @@ class InferenceRequest(BaseModel):
     @classmethod
     def _priority(cls, v: Any) -> Priority:
         return parse_priority(v)
+
+    @field_validator("trace_context", mode="after")
+    @classmethod
+    def _trace_context(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return None
+        unknown = sorted(set(v) - set(TRACE_CONTEXT_KEYS))
+        if unknown:
+            raise ValueError(f"trace_context: unknown keys {unknown}; "
+                             f"expected {TRACE_CONTEXT_KEYS}")
+        long = sorted(k for k, s in v.items() if len(s) > TRACE_VALUE_MAX_CHARS)
+        if long:
+            raise ValueError(f"trace_context: {long} over {TRACE_VALUE_MAX_CHARS} characters")
+        return v
 
     @field_validator("inputs", mode="after")
     @classmethod

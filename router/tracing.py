@@ -31,9 +31,10 @@ clock unless said otherwise):
 - ``timeshare.answer``: the chain's end (or the cache's answer) → recorded (cache fill, the
   response, the recorders).
 
-Sampling is the Telemetry's (parent-based, ``telemetry.sample_ratio``); over HTTP a W3C
-``traceparent`` header is the parent (:class:`TraceContextMiddleware`). A request not sampled
-costs one sampler call and nothing else.
+Sampling is the Telemetry's (parent-based, ``telemetry.sample_ratio``); the caller's W3C
+``traceparent`` is the parent: an HTTP header (:class:`TraceContextMiddleware`), gRPC metadata,
+or a handle call's ``trace_context`` (``router.trace_context``). A request not sampled costs
+one sampler call and nothing else.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from fallbacks import Deadline, ModelAnswer, PoolName
 from pool.work import PoolWork
 from router.pipeline import Pipeline
 from router.schemas import InferenceRequest, InferenceResponse
+from router.trace_context import parent_of
 
 __all__ = ["ModelStage", "RequestTrace", "RequestTracer", "TraceContextMiddleware",
            "TracedPipeline", "pool_stage_times"]
@@ -123,11 +125,13 @@ class RequestTracer:
 
     def begin(self, request: InferenceRequest, started: float) -> RequestTrace | None:
         """The trace of ``request`` (the pipeline starts at ``started``), or None when the
-        sampler leaves it out. The parent is the current OpenTelemetry context."""
+        sampler leaves it out. The parent is the one the request's ``trace_context`` names (a
+        gRPC or handle call's), else the current OpenTelemetry context (HTTP's headers)."""
         offset = self._wall() - self._clock()
         arrival = request.arrival_s if request.arrival_s is not None else started
         root = self._tracer.start_span(
-            "timeshare.request", start_time=_ns(arrival + offset),
+            "timeshare.request", context=parent_of(request.trace_context),
+            start_time=_ns(arrival + offset),
             attributes={"timeshare.request_id": request.request_id,
                         "timeshare.model": request.model,
                         "timeshare.priority": request.priority.label,

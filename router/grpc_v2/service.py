@@ -20,6 +20,9 @@ validation, cache, chain and call log. Only the wire differs.
   overloaded) and ``DEADLINE_EXCEEDED``. The message names the field and the trailing metadata
   carries ``timeshare-field``; ``UNAVAILABLE`` and ``RESOURCE_EXHAUSTED`` carry ``retry-after``
   (whole seconds, as HTTP's header).
+- A call's ``traceparent`` / ``tracestate`` metadata (W3C Trace Context, as OpenTelemetry's
+  gRPC instrumentation sends it) is the request's ``trace_context``: with tracing on, the
+  request's trace continues the caller's. A stream's metadata is every one of its requests'.
 - ``ModelStreamInfer`` (Triton's bidirectional stream, what ``tritonclient.grpc``'s
   ``start_stream`` / ``async_stream_infer`` call): every request on the stream is one request of
   the same path, run concurrently with the others (at most ``stream_max_in_flight`` per stream;
@@ -58,6 +61,7 @@ from router.grpc_v2._generated import grpc_predict_v2_pb2 as pb
 from router.grpc_v2.codec import decode_model_infer, encode_model_infer, metadata_response
 from router.http_infer import check_name, presented_key, request_from_v2
 from router.schemas import InferenceRequest
+from router.trace_context import from_metadata
 from router.v2 import DecodedRequest
 
 __all__ = ["SERVICE", "InferenceService", "STATUS_CODES"]
@@ -242,8 +246,8 @@ class InferenceService:
         check_name("model_version", version)
         decoded, raw = decode_model_infer(request)
         req = request_from_v2(name, version, decoded, caller_key=presented_key(metadata),
-                              arrival_s=start,
-                              max_deadline_ms=budget_ms)
+                              arrival_s=start, max_deadline_ms=budget_ms,
+                              trace_context=from_metadata(metadata.get))
         return decoded, raw, req, start
 
     def _front_wait_s(self, raw: str | None) -> float:

@@ -10,16 +10,19 @@ import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from pydantic import ValidationError
 
 from alerting.telemetry import Telemetry
 from fallbacks import ModelReply
 from router.cache import CacheSettings, ResultCache
 from router.catalog import ModelCatalog
+from router.client import TimeshareClient
 from router.pipeline import Pipeline, PipelineConfig
 from router.pool_client import LocalPoolClient
 from router.routes import build_strategy, load_routes
 from router.schemas import InferenceRequest, InferenceResponse, RouteInfo
 from router.settings import TelemetrySettings
+from router.trace_context import from_metadata
 from router.tracing import (
     ModelStage,
     RequestTracer,
@@ -221,6 +224,69 @@ async def test_sampling_is_parent_based(host) -> None:
     root = next(s for s in spans[sampled.request_id] if s.name == "timeshare.request")
     assert root.context.trace_id == 0x1234 and root.parent.span_id == 0x99
     t.shutdown()
+
+
+async def test_a_requests_trace_context_is_its_parent_and_decides_its_sampling(host) -> None:
+    """gRPC metadata and handle calls carry the caller's context in the request itself; it wins
+    over the current context (an HTTP header's), and a parent that says not sampled is obeyed
+    even at ratio 1.0."""
+    t = Telemetry.in_memory(sample_ratio=1.0)
+    pipe = _traced(host, t)
+    await pipe.catalog.refresh()
+    x = {"pixels": np.full((1, 64), 5.0, np.float32)}
+    sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    dropped = "00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203332-00"
+    ambient = SpanContext(trace_id=0x77, span_id=0x88, is_remote=True,
+                          trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    try:
+        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(ambient)))
+        try:
+            kept = await pipe.infer(InferenceRequest(
+                model="digits-small", inputs=x,
+                trace_context={"traceparent": sampled, "tracestate": "v=1"}))
+        finally:
+            otel_context.detach(token)
+        left_out = await pipe.infer(InferenceRequest(
+            model="digits-small", inputs=x, cache={"skip_read": True},
+            trace_context={"traceparent": dropped}))
+        garbled = await pipe.infer(InferenceRequest(
+            model="digits-small", inputs=x, cache={"skip_read": True},
+            trace_context={"traceparent": "not-a-traceparent"}))
+    finally:
+        await pipe.cache.close()
+    spans = _by_request(t)
+    root = next(s for s in spans[kept.request_id] if s.name == "timeshare.request")
+    assert root.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert root.parent.span_id == 0xB7AD6B7169203331 and root.parent.is_remote
+    assert root.context.trace_state.get("v") == "1"
+    assert left_out.request_id not in spans  # the caller's decision: not sampled
+    root = next(s for s in spans[garbled.request_id] if s.name == "timeshare.request")
+    assert root.parent is None  # W3C: an unparsable traceparent starts a new trace
+    t.shutdown()
+
+
+def test_trace_context_is_checked_and_read_from_metadata_and_the_current_span() -> None:
+    x = {"pixels": np.zeros((1, 64), np.float32)}
+    with pytest.raises(ValidationError, match="unknown keys"):
+        InferenceRequest(model="m", inputs=x, trace_context={"baggage": "a=1"})
+    with pytest.raises(ValidationError, match="over 512"):
+        InferenceRequest(model="m", inputs=x, trace_context={"traceparent": "0" * 513})
+    md = {"traceparent": "00-ab-cd-01", "tracestate": "s" * 600}.get
+    assert from_metadata(md) == {"traceparent": "00-ab-cd-01"}  # an over-long state is dropped
+    assert from_metadata({"tracestate": "a=1"}.get) is None
+    assert from_metadata({"traceparent": b"00"}.get) is None  # binary metadata: not W3C's
+    assert TimeshareClient.request("m", x).trace_context is None  # no current span
+    caller = SpanContext(trace_id=0xABC, span_id=0xDEF, is_remote=False,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(caller)))
+    try:
+        req = TimeshareClient.request("m", x)
+        given = TimeshareClient.request("m", x, trace_context=None)
+    finally:
+        otel_context.detach(token)
+    assert req.trace_context == {
+        "traceparent": "00-00000000000000000000000000000abc-0000000000000def-01"}
+    assert given.trace_context is None  # the caller's own choice stands
 
 
 async def test_the_traceparent_header_becomes_the_parent() -> None:

@@ -247,6 +247,23 @@ async def test_a_front_proxys_stamp_starts_the_calls_deadline(served):
     assert not got[0].error_message and front.seen[-1].arrival_s >= t0  # a stream: not read
 
 
+async def test_trace_context_metadata_is_the_requests_and_a_stream_gives_it_to_each(served):
+    front, _, channel = served
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    await _call(channel, _request().SerializeToString(),
+                metadata=(("traceparent", parent), ("tracestate", "vendor=1")))
+    assert front.seen[-1].trace_context == {"traceparent": parent, "tracestate": "vendor=1"}
+    await _call(channel, _request().SerializeToString())
+    assert front.seen[-1].trace_context is None
+    # an over-long traceparent cannot be W3C's: ignored, the call still answers
+    await _call(channel, _request().SerializeToString(), metadata=(("traceparent", "0" * 600),))
+    assert front.seen[-1].trace_context is None
+    got = [r async for r in _stream_call(channel)(iter([_named("m", "s1"), _named("m", "s2")]),
+                                                  timeout=10, metadata=(("traceparent", parent),))]
+    assert len(got) == 2 and not any(r.error_message for r in got)
+    assert [r.trace_context for r in front.seen[-2:]] == [{"traceparent": parent}] * 2
+
+
 async def test_the_shared_gate_refuses_with_unavailable_and_retry_after(served):
     _, gate, channel = served
     for _ in range(8):  # HTTP requests in flight on the same gate: over the batch class's share
