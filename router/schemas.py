@@ -135,10 +135,10 @@ class InferenceRequest(BaseModel):
     cache: CacheControl = Field(default_factory=CacheControl, description="Cache controls.")
     request_id: str = Field(default_factory=new_request_id, description="Request id.")
     trace_context: dict[str, str] | None = Field(None, description=(
-        "The caller's W3C trace context (traceparent, and tracestate) for a handle call: a "
-        "traced request continues the caller's trace and follows its sampling. "
-        "router.client.TimeshareClient fills it from the caller's current span; HTTP and gRPC "
-        "calls send the same fields as headers or metadata instead."))
+        "The caller's W3C trace context (traceparent, and tracestate): a traced request "
+        "continues the caller's trace and follows its sampling. router.client.TimeshareClient "
+        "fills it from the caller's current span, and a gRPC call's metadata fills it; over "
+        "HTTP the headers are read as they come instead."))
     # Set by Timeshare where the request first arrives (the HTTP edge, the handle method); the
     # deadline runs from here, so queues in front of the pipeline count against it.
     arrival_s: SkipJsonSchema[float | None] = Field(
